@@ -1,0 +1,89 @@
+//! Crash points: the runtime's own transitions and the user's `checkpoint!("name")` marks.
+//!
+//! Outside the safe-to-rerun harness a checkpoint costs one relaxed atomic load. The harness
+//! (`rerun_core::testing`, feature `testing`) installs a hook that records the points of a clean
+//! run, then crashes a run at each of them.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
+
+/// A crash point of the runtime.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Point {
+    /// The key was claimed; the body has not started.
+    Claimed,
+    /// The body is about to start.
+    BodyStarted,
+    /// The body returned; its result is not recorded yet.
+    BodyReturned,
+    /// The result is recorded.
+    Recorded,
+    /// The claim was given back after the body failed.
+    Released,
+    /// A user's `rerun_core::checkpoint!("name")`.
+    User(&'static str),
+}
+
+impl Point {
+    /// The point's name: `rerun.claimed`, …, or the user's name.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Point::Claimed => "rerun.claimed",
+            Point::BodyStarted => "rerun.body_started",
+            Point::BodyReturned => "rerun.body_returned",
+            Point::Recorded => "rerun.recorded",
+            Point::Released => "rerun.released",
+            Point::User(name) => name,
+        }
+    }
+}
+
+/// A function called at every crash point while installed.
+pub type Hook = Arc<dyn Fn(Point) + Send + Sync>;
+
+static ARMED: AtomicBool = AtomicBool::new(false);
+static HOOK: RwLock<Option<Hook>> = RwLock::new(None);
+
+/// Passes a crash point: free unless a hook is installed.
+#[inline]
+pub fn hit(point: Point) {
+    if ARMED.load(Ordering::Relaxed) {
+        call_hook(point);
+    }
+}
+
+#[cold]
+fn call_hook(point: Point) {
+    let hook = HOOK.read().unwrap_or_else(|p| p.into_inner()).clone();
+    if let Some(hook) = hook {
+        hook(point);
+    }
+}
+
+/// Installs `hook` (replacing any other), or removes it with `None`. Returns the previous one.
+pub fn set_hook(hook: Option<Hook>) -> Option<Hook> {
+    let mut slot = HOOK.write().unwrap_or_else(|p| p.into_inner());
+    ARMED.store(hook.is_some(), Ordering::SeqCst);
+    std::mem::replace(&mut *slot, hook)
+}
+
+/// Marks a crash point in the body of an idempotent function.
+///
+/// The safe-to-rerun harness crashes a run here and checks that the rerun converges; outside
+/// the harness it costs one relaxed atomic load.
+///
+/// ```
+/// fn transfer() {
+///     // debit …
+///     rerun_core::checkpoint!("debited");
+///     // credit …
+/// }
+/// transfer();
+/// ```
+#[macro_export]
+macro_rules! checkpoint {
+    ($name:literal) => {
+        $crate::checkpoint::hit($crate::checkpoint::Point::User($name))
+    };
+}

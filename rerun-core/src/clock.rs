@@ -1,0 +1,107 @@
+//! The clock of one host: `CLOCK_BOOTTIME` for leases and expiry, the wall clock only where a
+//! record outlives the boot that wrote it.
+
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// A reading of a host clock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Now {
+    /// Nanoseconds on the host's monotonic clock since boot (`CLOCK_BOOTTIME`); shared by every
+    /// process of one boot, and never jumps back.
+    pub mono_ns: u64,
+    /// Milliseconds since the Unix epoch, used only for records written in an earlier boot.
+    pub wall_ms: i64,
+}
+
+/// The clock a local store (memory, SQLite) decides leases and expiry by.
+pub trait Clock: Send + Sync + 'static {
+    /// The current reading.
+    fn now(&self) -> Now;
+}
+
+/// The host's real clock.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct HostClock;
+
+impl Clock for HostClock {
+    fn now(&self) -> Now {
+        let mono_ns = nix::time::clock_gettime(nix::time::ClockId::CLOCK_BOOTTIME)
+            .map(|t| (t.tv_sec() as u64).saturating_mul(1_000_000_000) + t.tv_nsec() as u64)
+            .unwrap_or_else(|_| fallback_mono_ns());
+        let wall_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_millis() as i64)
+            .unwrap_or(0);
+        Now { mono_ns, wall_ms }
+    }
+}
+
+fn fallback_mono_ns() -> u64 {
+    static START: OnceLock<std::time::Instant> = OnceLock::new();
+    START.get_or_init(std::time::Instant::now).elapsed().as_nanos() as u64
+}
+
+/// A clock that moves only when told to, for tests of leases and expiry.
+///
+/// ```
+/// use std::time::Duration;
+/// use rerun_core::clock::{Clock, ManualClock};
+/// let clock = ManualClock::new();
+/// let t0 = clock.now();
+/// clock.advance(Duration::from_secs(5));
+/// assert_eq!(clock.now().mono_ns - t0.mono_ns, 5_000_000_000);
+/// ```
+#[derive(Debug, Clone)]
+pub struct ManualClock {
+    inner: Arc<(AtomicU64, AtomicI64)>,
+}
+
+impl ManualClock {
+    /// A clock starting at the host's current reading.
+    pub fn new() -> ManualClock {
+        let now = HostClock.now();
+        ManualClock {
+            inner: Arc::new((AtomicU64::new(now.mono_ns), AtomicI64::new(now.wall_ms))),
+        }
+    }
+    /// Moves both readings forward.
+    pub fn advance(&self, by: Duration) {
+        self.inner
+            .0
+            .fetch_add(by.as_nanos() as u64, Ordering::SeqCst);
+        self.inner
+            .1
+            .fetch_add(by.as_millis() as i64, Ordering::SeqCst);
+    }
+    /// Moves only the wall clock (a caller's clock jumping), which local stores must ignore.
+    pub fn skew_wall(&self, by_ms: i64) {
+        self.inner.1.fetch_add(by_ms, Ordering::SeqCst);
+    }
+}
+
+impl Default for ManualClock {
+    fn default() -> Self {
+        ManualClock::new()
+    }
+}
+
+impl Clock for ManualClock {
+    fn now(&self) -> Now {
+        Now {
+            mono_ns: self.inner.0.load(Ordering::SeqCst),
+            wall_ms: self.inner.1.load(Ordering::SeqCst),
+        }
+    }
+}
+
+/// Nanoseconds of a duration, saturating.
+pub(crate) fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// Milliseconds of a duration, saturating.
+pub(crate) fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}

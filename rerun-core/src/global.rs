@@ -1,0 +1,165 @@
+//! The process-wide store: `init`, the `RERUN_STORE` URL, and the SQLite default.
+
+use std::sync::{Arc, Mutex, OnceLock};
+
+use crate::error::Error;
+use crate::store::DynStore;
+
+static GLOBAL: OnceLock<Arc<dyn DynStore>> = OnceLock::new();
+static CHOOSING: Mutex<()> = Mutex::new(());
+
+/// The default store's path, under the current directory.
+pub const DEFAULT_SQLITE_PATH: &str = ".rerun/rerun.sqlite3";
+
+/// Sets the process-wide store used by `#[idempotent]` functions without `store = …`.
+///
+/// Call it once, before the first such call. A second call, or a call after the store was
+/// already chosen from the environment, is [`Error::Config`].
+///
+/// ```
+/// rerun_core::init(rerun_core::MemoryStore::new())?;
+/// assert!(rerun_core::init(rerun_core::MemoryStore::new()).is_err());
+/// # Ok::<(), rerun_core::Error>(())
+/// ```
+pub fn init<S: DynStore>(store: S) -> Result<(), Error> {
+    let _choosing = CHOOSING.lock().unwrap_or_else(|p| p.into_inner());
+    let store: Arc<dyn DynStore> = Arc::new(store);
+    let described = store.describe();
+    match GLOBAL.set(store) {
+        Ok(()) => {
+            tracing::info!(store = %described, source = "rerun_core::init", "rerun: store chosen");
+            Ok(())
+        }
+        Err(_) => Err(Error::config(format!(
+            "rerun_core::init was called, but the global store is already set to {}; call init once, at start-up, before the first idempotent call",
+            GLOBAL.get().map(|s| s.describe()).unwrap_or_default()
+        ))),
+    }
+}
+
+/// The process-wide store: the one given to [`init`], else the one `RERUN_STORE` names, else
+/// SQLite at `.rerun/rerun.sqlite3` under the current directory. Chosen once, and logged once.
+pub fn global() -> Result<&'static dyn DynStore, Error> {
+    if let Some(store) = GLOBAL.get() {
+        return Ok(&**store);
+    }
+    let _choosing = CHOOSING.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(store) = GLOBAL.get() {
+        return Ok(&**store);
+    }
+    let (store, source) = match std::env::var("RERUN_STORE") {
+        Ok(url) if !url.trim().is_empty() => (open_url(url.trim())?, "RERUN_STORE"),
+        _ => (default_store()?, "default"),
+    };
+    tracing::info!(store = %store.describe(), source, "rerun: store chosen");
+    let store = GLOBAL.get_or_init(|| store);
+    Ok(&**store)
+}
+
+fn default_store() -> Result<Arc<dyn DynStore>, Error> {
+    #[cfg(feature = "sqlite")]
+    {
+        Ok(Arc::new(crate::store::sqlite::SqliteStore::open(
+            DEFAULT_SQLITE_PATH,
+        )?))
+    }
+    #[cfg(not(feature = "sqlite"))]
+    {
+        Err(Error::config(
+            "no store was chosen: call rerun_core::init(store), set RERUN_STORE, or enable the `sqlite` feature for the default store",
+        ))
+    }
+}
+
+/// Replaces a URL's password with `***`, for messages and logs.
+pub fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let (authority, tail) = match rest.find(['/', '?']) {
+        Some(i) => rest.split_at(i),
+        None => (rest, ""),
+    };
+    match authority.rsplit_once('@') {
+        Some((userinfo, host)) => {
+            let user = userinfo.split(':').next().unwrap_or("");
+            let masked = if userinfo.contains(':') {
+                format!("{user}:***")
+            } else {
+                user.to_owned()
+            };
+            format!("{scheme}://{masked}@{host}{tail}")
+        }
+        None => url.to_owned(),
+    }
+}
+
+/// Opens the store a URL names: `memory:`, `sqlite:PATH`, `postgres://…` or `redis://…`.
+///
+/// ```
+/// let store = rerun_core::open_url("memory:")?;
+/// assert_eq!(store.describe(), "memory:");
+/// let err = rerun_core::open_url("mongodb://db").unwrap_err();
+/// assert!(err.to_string().contains("expected"));
+/// # Ok::<(), rerun_core::Error>(())
+/// ```
+pub fn open_url(url: &str) -> Result<Arc<dyn DynStore>, Error> {
+    let unsupported = |feature: &str| {
+        Error::config(format!(
+            "RERUN_STORE={} needs rerun-core's `{feature}` feature; enable it in Cargo.toml",
+            redact(url)
+        ))
+    };
+    if url == "memory:" || url == "memory://" {
+        return Ok(Arc::new(crate::store::memory::MemoryStore::new()));
+    }
+    if let Some(path) = url.strip_prefix("sqlite:") {
+        let path = path.strip_prefix("//").unwrap_or(path);
+        if path.is_empty() {
+            return Err(Error::config(
+                "RERUN_STORE=sqlite: needs a path, e.g. sqlite:.rerun/rerun.sqlite3",
+            ));
+        }
+        #[cfg(feature = "sqlite")]
+        return Ok(Arc::new(crate::store::sqlite::SqliteStore::open(path)?));
+        #[cfg(not(feature = "sqlite"))]
+        return Err(unsupported("sqlite"));
+    }
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        #[cfg(feature = "postgres")]
+        return Ok(Arc::new(crate::store::postgres::PostgresStore::connect(url)?));
+        #[cfg(not(feature = "postgres"))]
+        return Err(unsupported("postgres"));
+    }
+    if url.starts_with("redis://") || url.starts_with("rediss://") {
+        #[cfg(feature = "redis")]
+        return Ok(Arc::new(crate::store::redis::RedisStore::connect(url)?));
+        #[cfg(not(feature = "redis"))]
+        return Err(unsupported("redis"));
+    }
+    Err(Error::config(format!(
+        "RERUN_STORE={} is not a store URL; expected `memory:`, `sqlite:PATH`, `postgres://…` or `redis://…`",
+        redact(url)
+    )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redacts_passwords_only() {
+        assert_eq!(redact("postgres://u:secret@h:5432/db"), "postgres://u:***@h:5432/db");
+        assert_eq!(redact("redis://:pw@h/0"), "redis://:***@h/0");
+        assert_eq!(redact("redis://h:6379"), "redis://h:6379");
+        assert_eq!(redact("sqlite:/tmp/x"), "sqlite:/tmp/x");
+    }
+
+    #[test]
+    fn bad_urls_are_config_errors() {
+        for url in ["mongodb://x", "sqlite:", "nonsense"] {
+            let err = open_url(url).err().map(|e| e.kind_name());
+            assert_eq!(err, Some("config"), "{url}");
+        }
+    }
+}

@@ -1,0 +1,131 @@
+//! Handler structs: `#[derive(Idempotent)]` plus [`Handle`] or [`AsyncHandle`].
+
+use std::any::Any;
+use std::future::Future;
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use crate::error::Error;
+use crate::fingerprint::Fingerprint;
+use crate::key::Key;
+use crate::runtime::{Call, Options, Reconciled};
+use crate::store::{AsyncStore, Store};
+
+/// A value that knows its own dedupe key, payload fingerprint and options.
+///
+/// Derived with `#[derive(Idempotent)]` and `#[rerun(...)]` attributes; see the derive's docs.
+pub trait Idempotent {
+    /// The dedupe key (scope and the `#[rerun(key)]` fields).
+    fn idempotency_key(&self) -> Key;
+    /// The fingerprint of the fields not marked `#[rerun(skip)]`.
+    fn fingerprint(&self) -> Result<Fingerprint, Error>;
+    /// The options given as container arguments (`ttl`, `lease`, `wait`, `once`).
+    fn options(&self) -> Options;
+    /// The `reconcile = path` function's result, boxed; `None` without one.
+    #[doc(hidden)]
+    fn __reconcile(&self) -> Option<Box<dyn Any>> {
+        None
+    }
+    /// The call this value makes.
+    fn call(&self) -> Result<Call, Error> {
+        Ok(Call::with_key(self.idempotency_key())
+            .fingerprint(self.fingerprint()?)
+            .options(self.options()))
+    }
+}
+
+fn reconciled<T: 'static, E: From<Error> + 'static>(
+    key: &Key,
+    boxed: Box<dyn Any>,
+) -> Result<Reconciled<T>, E> {
+    match boxed.downcast::<Result<Reconciled<T>, E>>() {
+        Ok(result) => *result,
+        Err(_) => Err(Error::config(format!(
+            "{key}: the `reconcile` function must return Result<Reconciled<{}>, {}>",
+            std::any::type_name::<T>(),
+            std::any::type_name::<E>()
+        ))
+        .into()),
+    }
+}
+
+/// A handler: what to do with an idempotent event, run at most once per key.
+///
+/// ```
+/// use rerun_core::{Handle, Idempotent, MemoryStore};
+/// use serde::{Deserialize, Serialize};
+///
+/// #[derive(Serialize, Deserialize, Idempotent)]
+/// #[rerun(scope = "shop.order_paid")]
+/// struct OrderPaid {
+///     #[rerun(key)]
+///     order_id: String,
+///     cents: u64,
+/// }
+///
+/// impl Handle for OrderPaid {
+///     type Output = String;
+///     type Error = rerun_core::Error;
+///     fn handle(&self) -> Result<String, rerun_core::Error> {
+///         Ok(format!("shipped {}", self.order_id))
+///     }
+/// }
+///
+/// let store = MemoryStore::new();
+/// let event = OrderPaid { order_id: "o-1".into(), cents: 990 };
+/// assert_eq!(event.run(&store)?, "shipped o-1");
+/// assert_eq!(event.run(&store)?, "shipped o-1"); // redelivered: replayed
+/// # Ok::<(), rerun_core::Error>(())
+/// ```
+pub trait Handle: Idempotent {
+    /// The result recorded and replayed.
+    type Output: Serialize + DeserializeOwned + 'static;
+    /// The handler's error.
+    type Error: From<Error> + 'static;
+    /// Does the work; runs only when the key was not handled yet.
+    fn handle(&self) -> Result<Self::Output, Self::Error>;
+    /// Runs [`Handle::handle`] idempotently on `store`.
+    fn run<S: Store + ?Sized>(&self, store: &S) -> Result<Self::Output, Self::Error> {
+        let call = self.call()?;
+        let key = call.key().clone();
+        call.run_reconciled(
+            store,
+            || match self.__reconcile() {
+                Some(boxed) => reconciled(&key, boxed),
+                None => Err(Error::OutcomeUnknown { key: key.clone() }.into()),
+            },
+            || self.handle(),
+        )
+        .map(|o| o.value)
+    }
+}
+
+/// The async twin of [`Handle`].
+pub trait AsyncHandle: Idempotent + Sync {
+    /// The result recorded and replayed.
+    type Output: Serialize + DeserializeOwned + Send + 'static;
+    /// The handler's error.
+    type Error: From<Error> + Send + 'static;
+    /// Does the work; runs only when the key was not handled yet.
+    fn handle(&self) -> impl Future<Output = Result<Self::Output, Self::Error>> + Send;
+    /// Runs [`AsyncHandle::handle`] idempotently on `store`.
+    fn run_async<S: AsyncStore + ?Sized>(
+        &self,
+        store: &S,
+    ) -> impl Future<Output = Result<Self::Output, Self::Error>> + Send {
+        async move {
+            let call = self.call()?;
+            let key = call.key().clone();
+            let reconcile = async {
+                match self.__reconcile() {
+                    Some(boxed) => reconciled(&key, boxed),
+                    None => Err(Error::OutcomeUnknown { key: key.clone() }.into()),
+                }
+            };
+            call.run_async_reconciled(store, reconcile, self.handle())
+                .await
+                .map(|o| o.value)
+        }
+    }
+}

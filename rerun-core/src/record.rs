@@ -1,0 +1,393 @@
+//! The record state machine.
+//!
+//! A key's record moves through these states; the fence (fencing token) only ever grows:
+//!
+//! ```text
+//!            claim                 complete(fence)
+//!  absent ──────────▶ in progress ─────────────────▶ completed ──(ttl)──▶ absent
+//!     ▲                 │  │  ▲ takeover (lease out / holder dead): fence + 1
+//!     │   release(fence)│  │  └──────────────┘
+//!     └── released ◀────┘  └──mark_unknown(fence)──▶ unknown (a `once` body may have run)
+//! ```
+//!
+//! [`decide`] is the transition function for a claim. The local stores (memory, SQLite) call it
+//! directly; the network stores implement the same table in one SQL statement or Lua script, and
+//! the conformance suite holds them all to it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::clock::{millis, nanos, Now};
+use crate::fingerprint::Fingerprint;
+use crate::holder::Holder;
+use crate::key::Key;
+
+/// A fencing token: every claim of a key gets one greater than all earlier claims of that key.
+pub type Fence = u64;
+
+/// The state of a record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Status {
+    /// A holder is running the body.
+    InProgress,
+    /// The body's result is recorded.
+    Completed,
+    /// The last attempt failed and gave the key back; the next call runs afresh.
+    Released,
+    /// A `once` body may have run, but its result was not recorded.
+    Unknown,
+}
+
+impl Status {
+    /// The status as stores spell it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::InProgress => "in_progress",
+            Status::Completed => "completed",
+            Status::Released => "released",
+            Status::Unknown => "unknown",
+        }
+    }
+    /// Parses [`Status::as_str`].
+    pub fn parse(s: &str) -> Option<Status> {
+        Some(match s {
+            "in_progress" => Status::InProgress,
+            "completed" => Status::Completed,
+            "released" => Status::Released,
+            "unknown" => Status::Unknown,
+            _ => return None,
+        })
+    }
+}
+
+/// A record as read back for inspection, recovery and tests.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordView {
+    /// The key.
+    pub key: Key,
+    /// Its state.
+    pub status: Status,
+    /// The fence of the latest claim.
+    pub fence: Fence,
+    /// The payload fingerprint of the latest claim.
+    pub fingerprint: Fingerprint,
+    /// The holder of the latest claim.
+    pub holder: Option<Holder>,
+    /// Whether the latest claim was of an at-most-once function.
+    pub once: bool,
+    /// For an in-progress record: how long its lease still runs (`None` once it ran out).
+    pub lease_remaining: Option<Duration>,
+    /// For a completed record: how long until it expires (`None` once it expired).
+    pub expires_in: Option<Duration>,
+    /// For a completed record: the encoded result.
+    pub result: Option<Vec<u8>>,
+}
+
+/// A record as the local stores keep it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LocalRecord {
+    /// State.
+    pub status: Status,
+    /// Latest fence.
+    pub fence: Fence,
+    /// Latest fingerprint.
+    pub fingerprint: Fingerprint,
+    /// Latest holder.
+    pub holder: Option<Holder>,
+    /// Latest claim was `once`.
+    pub once: bool,
+    /// The boot during which the monotonic deadlines below were written.
+    pub boot_id: Arc<str>,
+    /// In progress: lease end on the monotonic clock.
+    pub lease_until_ns: u64,
+    /// Completed: expiry on the monotonic clock.
+    pub expires_mono_ns: u64,
+    /// Completed: expiry on the wall clock, used only after a reboot.
+    pub expires_wall_ms: i64,
+    /// Completed: the encoded result.
+    pub result: Option<Vec<u8>>,
+}
+
+/// What a claim asks of the store.
+#[derive(Debug, Clone)]
+pub struct ClaimRequest<'a> {
+    /// The key.
+    pub key: &'a Key,
+    /// The payload fingerprint.
+    pub fingerprint: &'a Fingerprint,
+    /// Who claims.
+    pub holder: &'a Holder,
+    /// How long the claim holds without renewal.
+    pub lease: Duration,
+    /// At-most-once: the claim must be durable before the body starts.
+    pub once: bool,
+    /// Take the key over from this fence even though its lease still runs: the caller has proven
+    /// that holder dead. Honoured only while that fence is still the record's current claim.
+    pub steal: Option<Fence>,
+}
+
+/// A granted claim: the right to run the body until the lease ends.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Claim {
+    /// The key.
+    pub key: Key,
+    /// The claim's fence.
+    pub fence: Fence,
+    /// Who holds it.
+    pub holder: Holder,
+    /// At-most-once claim.
+    pub once: bool,
+    /// An earlier attempt that never finished, taken over by this claim.
+    pub abandoned: Option<Abandoned>,
+}
+
+/// An earlier attempt that did not finish (its holder died or its lease ran out).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Abandoned {
+    /// Its fence.
+    pub fence: Fence,
+    /// Its holder, where known.
+    pub holder: Option<Holder>,
+    /// It was an at-most-once attempt whose body may have started: its outcome is unknown.
+    pub outcome_unknown: bool,
+}
+
+/// A completed record found by a claim with the same fingerprint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Replay {
+    /// The fence that recorded it.
+    pub fence: Fence,
+    /// The encoded result.
+    pub result: Vec<u8>,
+}
+
+/// A live claim held by someone else.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Busy {
+    /// The holder's fence.
+    pub fence: Fence,
+    /// The holder.
+    pub holder: Holder,
+    /// How long its lease still runs.
+    pub lease_remaining: Duration,
+}
+
+/// The store's answer to a claim: claim-or-fetch in one step.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClaimResponse {
+    /// The caller holds the key now and runs the body.
+    Claimed(Claim),
+    /// The key completed with the same payload: the recorded result.
+    Replay(Replay),
+    /// The key's record has another payload fingerprint.
+    Mismatch,
+    /// Another holder's lease is live.
+    Busy(Busy),
+}
+
+/// The transition a claim makes, decided from the current record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// Write an in-progress record with a fresh fence.
+    Claim {
+        /// The attempt this claim takes over, if any.
+        abandoned: Option<Abandoned>,
+    },
+    /// Return the recorded result.
+    Replay,
+    /// Payload mismatch.
+    Mismatch,
+    /// Held by a live lease.
+    Busy {
+        /// Lease left.
+        lease_remaining: Duration,
+    },
+}
+
+impl LocalRecord {
+    /// Whether a completed record has expired at `now` (exactly at expiry counts as expired).
+    pub fn expired(&self, now: Now, boot_id: &str) -> bool {
+        if *self.boot_id == *boot_id {
+            now.mono_ns >= self.expires_mono_ns
+        } else {
+            now.wall_ms >= self.expires_wall_ms
+        }
+    }
+
+    /// The lease left at `now`; `None` once it ran out (or the boot that set it ended).
+    pub fn lease_left(&self, now: Now, boot_id: &str) -> Option<Duration> {
+        (*self.boot_id == *boot_id && now.mono_ns < self.lease_until_ns)
+            .then(|| Duration::from_nanos(self.lease_until_ns - now.mono_ns))
+    }
+
+    /// An in-progress record for a new claim.
+    pub fn claimed(req: &ClaimRequest<'_>, fence: Fence, now: Now, boot_id: &Arc<str>) -> Self {
+        LocalRecord {
+            status: Status::InProgress,
+            fence,
+            fingerprint: *req.fingerprint,
+            holder: Some(req.holder.clone()),
+            once: req.once,
+            boot_id: boot_id.clone(),
+            lease_until_ns: now.mono_ns.saturating_add(nanos(req.lease)),
+            expires_mono_ns: 0,
+            expires_wall_ms: 0,
+            result: None,
+        }
+    }
+
+    /// Turns an in-progress record into a completed one.
+    pub fn complete(&mut self, result: &[u8], ttl: Duration, now: Now, boot_id: &Arc<str>) {
+        self.status = Status::Completed;
+        self.boot_id = boot_id.clone();
+        self.expires_mono_ns = now.mono_ns.saturating_add(nanos(ttl));
+        self.expires_wall_ms = now.wall_ms.saturating_add(millis(ttl));
+        self.result = Some(result.to_vec());
+    }
+
+    /// Extends an in-progress record's lease.
+    pub fn renew(&mut self, lease: Duration, now: Now, boot_id: &Arc<str>) {
+        self.boot_id = boot_id.clone();
+        self.lease_until_ns = now.mono_ns.saturating_add(nanos(lease));
+    }
+
+    /// Whether a fenced operation by `claim` may touch this record.
+    pub fn held_by(&self, claim: &Claim) -> bool {
+        self.status == Status::InProgress && self.fence == claim.fence
+    }
+
+    /// The record as a [`RecordView`].
+    pub fn view(&self, key: &Key, now: Now, boot_id: &str) -> RecordView {
+        RecordView {
+            key: key.clone(),
+            status: self.status,
+            fence: self.fence,
+            fingerprint: self.fingerprint,
+            holder: self.holder.clone(),
+            once: self.once,
+            lease_remaining: match self.status {
+                Status::InProgress => self.lease_left(now, boot_id),
+                _ => None,
+            },
+            expires_in: match self.status {
+                Status::Completed if !self.expired(now, boot_id) => {
+                    Some(if *self.boot_id == *boot_id {
+                        Duration::from_nanos(self.expires_mono_ns - now.mono_ns)
+                    } else {
+                        Duration::from_millis((self.expires_wall_ms - now.wall_ms) as u64)
+                    })
+                }
+                _ => None,
+            },
+            result: self.result.clone(),
+        }
+    }
+}
+
+/// The claim transition: what a claim does, given the key's current record.
+///
+/// | record | same fingerprint | other fingerprint |
+/// |---|---|---|
+/// | none, released, completed but expired | claim | claim |
+/// | completed | replay | mismatch |
+/// | unknown | claim, abandoned with unknown outcome | mismatch |
+/// | in progress, lease live, not stolen | busy | mismatch |
+/// | in progress, lease out or stolen | claim, abandoned | mismatch |
+pub fn decide(
+    record: Option<&LocalRecord>,
+    req: &ClaimRequest<'_>,
+    now: Now,
+    boot_id: &str,
+) -> Decision {
+    let Some(r) = record else {
+        return Decision::Claim { abandoned: None };
+    };
+    let same = r.fingerprint == *req.fingerprint;
+    match r.status {
+        Status::Released => Decision::Claim { abandoned: None },
+        Status::Completed if r.expired(now, boot_id) => Decision::Claim { abandoned: None },
+        _ if !same => Decision::Mismatch,
+        Status::Completed => Decision::Replay,
+        Status::Unknown => Decision::Claim {
+            abandoned: Some(Abandoned {
+                fence: r.fence,
+                holder: r.holder.clone(),
+                outcome_unknown: true,
+            }),
+        },
+        Status::InProgress => match r.lease_left(now, boot_id) {
+            Some(left) if req.steal != Some(r.fence) => Decision::Busy {
+                lease_remaining: left,
+            },
+            _ => Decision::Claim {
+                abandoned: Some(Abandoned {
+                    fence: r.fence,
+                    holder: r.holder.clone(),
+                    outcome_unknown: r.once,
+                }),
+            },
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn now(ns: u64) -> Now {
+        Now {
+            mono_ns: ns,
+            wall_ms: 1_000_000,
+        }
+    }
+
+    fn req<'a>(key: &'a Key, fp: &'a Fingerprint, holder: &'a Holder) -> ClaimRequest<'a> {
+        ClaimRequest {
+            key,
+            fingerprint: fp,
+            holder,
+            lease: Duration::from_nanos(100),
+            once: false,
+            steal: None,
+        }
+    }
+
+    #[test]
+    fn table() {
+        let boot: Arc<str> = "b".into();
+        let key = Key::new("s", "k");
+        let fp = Fingerprint::of(&1).unwrap();
+        let other = Fingerprint::of(&2).unwrap();
+        let h = Holder::current();
+        let r = req(&key, &fp, &h);
+        assert_eq!(decide(None, &r, now(0), "b"), Decision::Claim { abandoned: None });
+
+        let mut rec = LocalRecord::claimed(&r, 1, now(0), &boot);
+        assert!(matches!(decide(Some(&rec), &r, now(50), "b"), Decision::Busy { .. }));
+        // Exactly at the lease end the lease is out.
+        assert!(matches!(decide(Some(&rec), &r, now(100), "b"), Decision::Claim { abandoned: Some(_) }));
+        // Another boot: the lease is out at once.
+        assert!(matches!(decide(Some(&rec), &r, now(50), "c"), Decision::Claim { abandoned: Some(_) }));
+        let mut stolen = r.clone();
+        stolen.steal = Some(1);
+        assert!(matches!(decide(Some(&rec), &stolen, now(50), "b"), Decision::Claim { .. }));
+        stolen.steal = Some(0);
+        assert!(matches!(decide(Some(&rec), &stolen, now(50), "b"), Decision::Busy { .. }));
+        let mut r2 = r.clone();
+        r2.fingerprint = &other;
+        assert_eq!(decide(Some(&rec), &r2, now(50), "b"), Decision::Mismatch);
+
+        rec.complete(b"x", Duration::from_nanos(1000), now(10), &boot);
+        assert_eq!(decide(Some(&rec), &r, now(500), "b"), Decision::Replay);
+        assert_eq!(decide(Some(&rec), &r2, now(500), "b"), Decision::Mismatch);
+        assert_eq!(decide(Some(&rec), &r2, now(1010), "b"), Decision::Claim { abandoned: None });
+
+        rec.status = Status::Released;
+        assert_eq!(decide(Some(&rec), &r2, now(0), "b"), Decision::Claim { abandoned: None });
+        rec.status = Status::Unknown;
+        assert!(matches!(
+            decide(Some(&rec), &r, now(0), "b"),
+            Decision::Claim { abandoned: Some(Abandoned { outcome_unknown: true, .. }) }
+        ));
+    }
+}

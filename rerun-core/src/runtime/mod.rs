@@ -1,0 +1,12 @@
+//! The runtime: running a closure or a future idempotently, without macros.
+//!
+//! `#[idempotent]` and `#[derive(Idempotent)]` expand to a call of this API; anything they do
+//! can be written by hand with [`Call`].
+
+mod call;
+pub(crate) mod keeper;
+mod options;
+mod steps;
+
+pub use call::{Call, Outcome, Reconciled};
+pub use options::Options;

@@ -1,0 +1,398 @@
+//! The run algorithm, written once for sync and async calls.
+//!
+//! [`drive`] is an `async fn` generic over a [`Backend`]: the sync backend calls a [`Store`]'s
+//! blocking methods (its futures are always ready, so a sync call completes in one poll), the
+//! async backend awaits an [`AsyncStore`]. Every branch of contract section 3 lives here once.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use crate::checkpoint::{self, Point};
+use crate::codec;
+use crate::error::Error;
+use crate::fingerprint::Fingerprint;
+use crate::holder::{Holder, Liveness};
+use crate::key::Key;
+use crate::record::{Claim, ClaimRequest, ClaimResponse, Fence};
+use crate::runtime::keeper::{keeper, sleep, Job};
+use crate::runtime::{Options, Outcome, Reconciled};
+use crate::store::{AsyncStore, Store};
+
+/// The store operations one call needs, sync or async.
+pub(crate) trait Backend {
+    /// Whether a claim dropped without finishing is given back on the keeper thread (async:
+    /// a destructor cannot await) or inline (sync: the thread is unwinding and may block).
+    const GIVE_BACK_IN_BACKGROUND: bool;
+    fn claim<'a>(
+        &'a self,
+        req: &'a ClaimRequest<'a>,
+    ) -> impl Future<Output = Result<ClaimResponse, Error>> + Send + 'a;
+    fn complete<'a>(
+        &'a self,
+        claim: &'a Claim,
+        result: &'a [u8],
+        ttl: Duration,
+    ) -> impl Future<Output = Result<(), Error>> + Send + 'a;
+    fn release<'a>(&'a self, claim: &'a Claim)
+        -> impl Future<Output = Result<(), Error>> + Send + 'a;
+    fn mark_unknown<'a>(
+        &'a self,
+        claim: &'a Claim,
+    ) -> impl Future<Output = Result<(), Error>> + Send + 'a;
+    fn sleep(&self, d: Duration) -> impl Future<Output = ()> + Send;
+    fn shared(&self) -> Arc<dyn Store>;
+}
+
+pub(crate) struct SyncBackend<'s, S: ?Sized>(pub &'s S);
+pub(crate) struct AsyncBackend<'s, S: ?Sized>(pub &'s S);
+
+impl<S: Store + ?Sized> Backend for SyncBackend<'_, S> {
+    const GIVE_BACK_IN_BACKGROUND: bool = false;
+    fn claim<'a>(
+        &'a self,
+        req: &'a ClaimRequest<'a>,
+    ) -> impl Future<Output = Result<ClaimResponse, Error>> + Send + 'a {
+        std::future::ready(self.0.claim(req))
+    }
+    fn complete<'a>(
+        &'a self,
+        claim: &'a Claim,
+        result: &'a [u8],
+        ttl: Duration,
+    ) -> impl Future<Output = Result<(), Error>> + Send + 'a {
+        std::future::ready(self.0.complete(claim, result, ttl))
+    }
+    fn release<'a>(
+        &'a self,
+        claim: &'a Claim,
+    ) -> impl Future<Output = Result<(), Error>> + Send + 'a {
+        std::future::ready(self.0.release(claim))
+    }
+    fn mark_unknown<'a>(
+        &'a self,
+        claim: &'a Claim,
+    ) -> impl Future<Output = Result<(), Error>> + Send + 'a {
+        std::future::ready(self.0.mark_unknown(claim))
+    }
+    fn sleep(&self, d: Duration) -> impl Future<Output = ()> + Send {
+        std::thread::sleep(d);
+        std::future::ready(())
+    }
+    fn shared(&self) -> Arc<dyn Store> {
+        self.0.shared()
+    }
+}
+
+impl<S: AsyncStore + ?Sized> Backend for AsyncBackend<'_, S> {
+    const GIVE_BACK_IN_BACKGROUND: bool = true;
+    fn claim<'a>(
+        &'a self,
+        req: &'a ClaimRequest<'a>,
+    ) -> impl Future<Output = Result<ClaimResponse, Error>> + Send + 'a {
+        self.0.claim_async(req)
+    }
+    fn complete<'a>(
+        &'a self,
+        claim: &'a Claim,
+        result: &'a [u8],
+        ttl: Duration,
+    ) -> impl Future<Output = Result<(), Error>> + Send + 'a {
+        self.0.complete_async(claim, result, ttl)
+    }
+    fn release<'a>(
+        &'a self,
+        claim: &'a Claim,
+    ) -> impl Future<Output = Result<(), Error>> + Send + 'a {
+        self.0.release_async(claim)
+    }
+    fn mark_unknown<'a>(
+        &'a self,
+        claim: &'a Claim,
+    ) -> impl Future<Output = Result<(), Error>> + Send + 'a {
+        self.0.mark_unknown_async(claim)
+    }
+    fn sleep(&self, d: Duration) -> impl Future<Output = ()> + Send {
+        sleep(d)
+    }
+    fn shared(&self) -> Arc<dyn Store> {
+        self.0.shared()
+    }
+}
+
+/// The claim loop's state: what to ask the store next.
+struct Attempt<'k> {
+    key: &'k Key,
+    fingerprint: Fingerprint,
+    holder: Holder,
+    options: Options,
+    steal: Option<Fence>,
+    deadline: Option<Instant>,
+    backoff: Duration,
+}
+
+enum Step<T> {
+    Claimed(Claim),
+    Done(Result<Outcome<T>, Error>),
+    Retry,
+    Sleep(Duration),
+}
+
+impl<'k> Attempt<'k> {
+    fn request(&self) -> ClaimRequest<'_> {
+        ClaimRequest {
+            key: self.key,
+            fingerprint: &self.fingerprint,
+            holder: &self.holder,
+            lease: self.options.lease_duration(),
+            once: self.options.is_once(),
+            steal: self.steal,
+        }
+    }
+
+    fn step<T: DeserializeOwned>(&mut self, response: ClaimResponse) -> Step<T> {
+        match response {
+            ClaimResponse::Claimed(claim) => Step::Claimed(claim),
+            ClaimResponse::Replay(replay) => Step::Done(
+                codec::decode(&replay.result)
+                    .map(|value| Outcome {
+                        value,
+                        replayed: true,
+                        fence: replay.fence,
+                    })
+                    .map_err(|kind| Error::corrupt(self.key, kind)),
+            ),
+            ClaimResponse::Mismatch => Step::Done(Err(Error::PayloadMismatch {
+                key: self.key.clone(),
+            })),
+            ClaimResponse::Busy(busy) => {
+                // A holder on this host whose process is provably gone is taken over at once,
+                // with the next fence, instead of waiting out its lease.
+                if self.steal != Some(busy.fence) && busy.holder.liveness() == Liveness::Dead {
+                    self.steal = Some(busy.fence);
+                    return Step::Retry;
+                }
+                let now = Instant::now();
+                match self.deadline {
+                    Some(deadline) if now < deadline => {
+                        let pause = self.backoff.min(deadline - now);
+                        self.backoff = (self.backoff * 2).min(Duration::from_millis(50));
+                        Step::Sleep(pause)
+                    }
+                    _ => Step::Done(Err(Error::InProgress {
+                        key: self.key.clone(),
+                        holder: busy.holder,
+                        lease_ends_in: busy.lease_remaining,
+                    })),
+                }
+            }
+        }
+    }
+}
+
+/// A claim being worked on. Dropped while armed (a panic, a dropped future), it gives the key
+/// back: released if the function is replayable, marked unknown if it is `once`.
+struct Held {
+    store: Arc<dyn Store>,
+    claim: Claim,
+    watch: Option<u64>,
+    armed: bool,
+    in_background: bool,
+}
+
+impl Held {
+    fn new(store: Arc<dyn Store>, claim: Claim, lease: Duration, in_background: bool) -> Held {
+        let watch = Some(keeper().watch(store.clone(), claim.clone(), lease));
+        Held {
+            store,
+            claim,
+            watch,
+            armed: true,
+            in_background,
+        }
+    }
+
+    /// Stops renewal and disarms the destructor: the caller finishes the claim itself.
+    fn settle(&mut self) {
+        if let Some(id) = self.watch.take() {
+            keeper().unwatch(id);
+        }
+        self.armed = false;
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        self.settle();
+        let job = if self.claim.once {
+            Job::MarkUnknown(self.store.clone(), self.claim.clone())
+        } else {
+            Job::Release(self.store.clone(), self.claim.clone())
+        };
+        if self.in_background {
+            keeper().submit(job);
+        } else {
+            let result = match &job {
+                Job::Release(s, c) => s.release(c),
+                Job::MarkUnknown(s, c) => s.mark_unknown(c),
+            };
+            if let Err(e) = result {
+                tracing::warn!(key = %self.claim.key, error = %e, "rerun: could not give back the claim of an interrupted call; its lease will end it");
+            }
+        }
+    }
+}
+
+/// Gives a settled claim back after a failure; a failure to do so is healed by the lease.
+async fn give_back<B: Backend>(backend: &B, held: &mut Held) {
+    held.settle();
+    let result = if held.claim.once {
+        backend.mark_unknown(&held.claim).await
+    } else {
+        backend.release(&held.claim).await
+    };
+    match result {
+        Ok(()) => checkpoint::hit(Point::Released),
+        Err(e) => {
+            tracing::warn!(key = %held.claim.key, error = %e, "rerun: could not give back the claim; its lease will end it")
+        }
+    }
+}
+
+/// Records `value` as the claim's result.
+async fn record<B: Backend, T: Serialize>(
+    backend: &B,
+    held: &mut Held,
+    value: T,
+    ttl: Duration,
+) -> Result<Outcome<T>, Error> {
+    let bytes = match codec::encode(&value) {
+        Ok(bytes) => bytes,
+        Err(e) => {
+            give_back(backend, held).await;
+            return Err(Error::Codec {
+                key: held.claim.key.clone(),
+                what: "the result",
+                message: e.to_string(),
+            });
+        }
+    };
+    held.settle();
+    match backend.complete(&held.claim, &bytes, ttl).await {
+        Ok(()) => {
+            checkpoint::hit(Point::Recorded);
+            Ok(Outcome {
+                value,
+                replayed: false,
+                fence: held.claim.fence,
+            })
+        }
+        Err(e) => {
+            // A replayable claim whose completion failed is given back so the next call need
+            // not wait out the lease; a `once` claim stays, and its lease ending makes the
+            // outcome unknown, as it is.
+            if !held.claim.once && !matches!(e, Error::LeaseLost { .. }) {
+                let _ = backend.release(&held.claim).await;
+            }
+            Err(e)
+        }
+    }
+}
+
+/// Runs one call: claim-or-fetch, then the body (or the reconcile function), then record.
+pub(crate) async fn drive<B, T, E, R, RF, F, FF>(
+    backend: &B,
+    key: &Key,
+    fingerprint: Fingerprint,
+    options: Options,
+    reconcile: Option<R>,
+    body: F,
+) -> Result<Outcome<T>, E>
+where
+    B: Backend,
+    T: Serialize + DeserializeOwned,
+    E: From<Error>,
+    R: FnOnce() -> RF,
+    RF: Future<Output = Result<Reconciled<T>, E>>,
+    F: FnOnce() -> FF,
+    FF: Future<Output = Result<T, E>>,
+{
+    let mut attempt = Attempt {
+        key,
+        fingerprint,
+        holder: Holder::current(),
+        options,
+        steal: None,
+        deadline: options.wait_duration().map(|w| Instant::now() + w),
+        backoff: Duration::from_millis(1),
+    };
+    let claim = loop {
+        let response = backend.claim(&attempt.request()).await?;
+        match attempt.step::<T>(response) {
+            Step::Claimed(claim) => break claim,
+            Step::Done(result) => return result.map_err(E::from),
+            Step::Retry => {}
+            Step::Sleep(pause) => backend.sleep(pause).await,
+        }
+    };
+    let ttl = options.ttl_duration();
+    let unknown = claim
+        .abandoned
+        .as_ref()
+        .is_some_and(|a| a.outcome_unknown);
+    let mut held = Held::new(
+        backend.shared(),
+        claim,
+        options.lease_duration(),
+        B::GIVE_BACK_IN_BACKGROUND,
+    );
+    checkpoint::hit(Point::Claimed);
+
+    if unknown {
+        // An earlier `once` attempt died after its body may have started.
+        let Some(reconcile) = reconcile else {
+            give_back_unknown(backend, &mut held).await;
+            return Err(Error::OutcomeUnknown { key: key.clone() }.into());
+        };
+        match reconcile().await {
+            Ok(Reconciled::Done(value)) => return Ok(record(backend, &mut held, value, ttl).await?),
+            Ok(Reconciled::NotDone) => {}
+            Err(e) => {
+                give_back_unknown(backend, &mut held).await;
+                return Err(e);
+            }
+        }
+    }
+
+    checkpoint::hit(Point::BodyStarted);
+    let result = body().await;
+    checkpoint::hit(Point::BodyReturned);
+    match result {
+        Ok(value) => Ok(record(backend, &mut held, value, ttl).await?),
+        Err(e) => {
+            held.settle();
+            match backend.release(&held.claim).await {
+                Ok(()) => checkpoint::hit(Point::Released),
+                Err(err) => {
+                    tracing::warn!(%key, error = %err, "rerun: could not release the claim after the body failed; its lease will end it")
+                }
+            }
+            Err(e)
+        }
+    }
+}
+
+/// Leaves the record in the unknown state (whatever the function's mode: the earlier attempt
+/// was `once`).
+async fn give_back_unknown<B: Backend>(backend: &B, held: &mut Held) {
+    held.settle();
+    if let Err(e) = backend.mark_unknown(&held.claim).await {
+        tracing::warn!(key = %held.claim.key, error = %e, "rerun: could not mark the outcome unknown; the lease will");
+    }
+}

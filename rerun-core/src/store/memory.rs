@@ -1,0 +1,229 @@
+//! `MemoryStore`: records in a `HashMap` behind a mutex, for tests and single-process programs.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use crate::clock::{Clock, HostClock};
+use crate::error::Error;
+use crate::key::Key;
+use crate::record::{
+    decide, Busy, Claim, ClaimRequest, ClaimResponse, Decision, LocalRecord, RecordView, Replay,
+    Status,
+};
+use crate::store::{async_via_sync, decode_cursor, encode_cursor, ScanPage, Store};
+
+/// An in-process store: fast, and gone when the process ends.
+///
+/// Cloning it is cheap and shares the records. Leases and expiry use the host's monotonic clock
+/// (or a [`crate::clock::ManualClock`] in tests).
+///
+/// ```
+/// use rerun_core::{Call, MemoryStore};
+/// let store = MemoryStore::new();
+/// let first = Call::new("demo", "k").run(&store, || Ok::<_, rerun_core::Error>(7)).unwrap();
+/// let again = Call::new("demo", "k").run(&store, || Ok::<_, rerun_core::Error>(8)).unwrap();
+/// assert_eq!((first.value, first.replayed), (7, false));
+/// assert_eq!((again.value, again.replayed), (7, true));
+/// ```
+#[derive(Clone)]
+pub struct MemoryStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    records: Mutex<HashMap<Key, LocalRecord>>,
+    fences: AtomicU64,
+    clock: Arc<dyn Clock>,
+    boot_id: Arc<str>,
+}
+
+impl MemoryStore {
+    /// An empty store on the host clock.
+    pub fn new() -> MemoryStore {
+        MemoryStore::with_clock(HostClock)
+    }
+
+    /// An empty store on the given clock.
+    pub fn with_clock(clock: impl Clock) -> MemoryStore {
+        MemoryStore {
+            inner: Arc::new(Inner {
+                records: Mutex::new(HashMap::new()),
+                fences: AtomicU64::new(0),
+                clock: Arc::new(clock),
+                boot_id: crate::holder::boot_id().into(),
+            }),
+        }
+    }
+
+    /// How many records the store holds, in any state.
+    pub fn len(&self) -> usize {
+        self.records().len()
+    }
+
+    /// Whether the store holds no record.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn records(&self) -> MutexGuard<'_, HashMap<Key, LocalRecord>> {
+        // A panic while the lock is held cannot leave a record half-written (every update is a
+        // single assignment), so a poisoned lock is still consistent.
+        self.inner
+            .records
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Applies a fenced update to the claim's record.
+    fn fenced(&self, claim: &Claim, f: impl FnOnce(&mut LocalRecord)) -> Result<(), Error> {
+        let mut records = self.records();
+        match records.get_mut(&claim.key) {
+            Some(rec) if rec.held_by(claim) => {
+                f(rec);
+                Ok(())
+            }
+            _ => Err(Error::LeaseLost {
+                key: claim.key.clone(),
+            }),
+        }
+    }
+}
+
+impl Default for MemoryStore {
+    fn default() -> Self {
+        MemoryStore::new()
+    }
+}
+
+impl std::fmt::Debug for MemoryStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryStore").finish_non_exhaustive()
+    }
+}
+
+impl Store for MemoryStore {
+    fn claim(&self, req: &ClaimRequest<'_>) -> Result<ClaimResponse, Error> {
+        let now = self.inner.clock.now();
+        let boot = &self.inner.boot_id;
+        let mut records = self.records();
+        let current = records.get(req.key);
+        match decide(current, req, now, boot) {
+            Decision::Replay => {
+                let rec = current.ok_or_else(|| Error::store_msg(Some(req.key), "record vanished"))?;
+                Ok(ClaimResponse::Replay(Replay {
+                    fence: rec.fence,
+                    result: rec.result.clone().unwrap_or_default(),
+                }))
+            }
+            Decision::Mismatch => Ok(ClaimResponse::Mismatch),
+            Decision::Busy { lease_remaining } => {
+                let rec = current.ok_or_else(|| Error::store_msg(Some(req.key), "record vanished"))?;
+                Ok(ClaimResponse::Busy(Busy {
+                    fence: rec.fence,
+                    holder: rec.holder.clone().unwrap_or_else(crate::holder::Holder::current),
+                    lease_remaining,
+                }))
+            }
+            Decision::Claim { abandoned } => {
+                let fence = self.inner.fences.fetch_add(1, Ordering::Relaxed) + 1;
+                records.insert(req.key.clone(), LocalRecord::claimed(req, fence, now, boot));
+                Ok(ClaimResponse::Claimed(Claim {
+                    key: req.key.clone(),
+                    fence,
+                    holder: req.holder.clone(),
+                    once: req.once,
+                    abandoned,
+                }))
+            }
+        }
+    }
+
+    fn complete(&self, claim: &Claim, result: &[u8], ttl: Duration) -> Result<(), Error> {
+        let now = self.inner.clock.now();
+        let boot = &self.inner.boot_id;
+        self.fenced(claim, |rec| {
+            rec.complete(result, ttl, now, boot);
+            rec.holder = None;
+        })
+    }
+
+    fn release(&self, claim: &Claim) -> Result<(), Error> {
+        self.fenced(claim, |rec| {
+            rec.status = Status::Released;
+            rec.holder = None;
+        })
+    }
+
+    fn renew(&self, claim: &Claim, lease: Duration) -> Result<(), Error> {
+        let now = self.inner.clock.now();
+        let boot = &self.inner.boot_id;
+        self.fenced(claim, |rec| rec.renew(lease, now, boot))
+    }
+
+    fn mark_unknown(&self, claim: &Claim) -> Result<(), Error> {
+        self.fenced(claim, |rec| rec.status = Status::Unknown)
+    }
+
+    fn forget(&self, key: &Key) -> Result<bool, Error> {
+        // Fences come from one store-wide counter, so removing the record cannot make a later
+        // token repeat an earlier one.
+        Ok(self.records().remove(key).is_some())
+    }
+
+    fn inspect(&self, key: &Key) -> Result<Option<RecordView>, Error> {
+        let now = self.inner.clock.now();
+        Ok(self
+            .records()
+            .get(key)
+            .map(|r| r.view(key, now, &self.inner.boot_id)))
+    }
+
+    fn scan(&self, cursor: Option<&str>, limit: usize) -> Result<ScanPage, Error> {
+        let after = cursor.map(decode_cursor).transpose()?;
+        let now = self.inner.clock.now();
+        let records = self.records();
+        let mut keys: Vec<&Key> = records
+            .keys()
+            .filter(|k| after.as_ref().is_none_or(|a| *k > a))
+            .collect();
+        keys.sort_unstable();
+        let more = keys.len() > limit;
+        keys.truncate(limit.max(1));
+        let next = if more { keys.last().map(|k| encode_cursor(k)) } else { None };
+        Ok(ScanPage {
+            records: keys
+                .into_iter()
+                .filter_map(|k| records.get(k).map(|r| r.view(k, now, &self.inner.boot_id)))
+                .collect(),
+            next,
+        })
+    }
+
+    fn purge_expired(&self, limit: usize) -> Result<u64, Error> {
+        let now = self.inner.clock.now();
+        let boot = &self.inner.boot_id;
+        let mut records = self.records();
+        let expired: Vec<Key> = records
+            .iter()
+            .filter(|(_, r)| r.status == Status::Completed && r.expired(now, boot))
+            .map(|(k, _)| k.clone())
+            .take(limit)
+            .collect();
+        for k in &expired {
+            records.remove(k);
+        }
+        Ok(expired.len() as u64)
+    }
+
+    fn shared(&self) -> Arc<dyn Store> {
+        Arc::new(self.clone())
+    }
+
+    fn describe(&self) -> String {
+        "memory:".to_owned()
+    }
+}
+
+async_via_sync!(MemoryStore);
