@@ -288,8 +288,8 @@ impl LocalRecord {
 ///
 /// | record | same fingerprint | other fingerprint |
 /// |---|---|---|
-/// | none, released, completed but expired | claim | claim |
-/// | completed | replay | mismatch |
+/// | none, released, completed but expired (replayable call) | claim | claim |
+/// | completed (for a `once` call: even past its ttl, while present) | replay | mismatch |
 /// | unknown | claim, abandoned with unknown outcome | mismatch |
 /// | in progress, lease live, not stolen | busy | mismatch |
 /// | in progress, lease out or stolen | claim, abandoned | mismatch |
@@ -305,7 +305,10 @@ pub fn decide(
     let same = r.fingerprint == *req.fingerprint;
     match r.status {
         Status::Released => Decision::Claim { abandoned: None },
-        Status::Completed if r.expired(now, boot_id) => Decision::Claim { abandoned: None },
+        // A `once` body never runs twice on its own: its record is honoured while it exists.
+        Status::Completed if !req.once && r.expired(now, boot_id) => {
+            Decision::Claim { abandoned: None }
+        }
         _ if !same => Decision::Mismatch,
         Status::Completed => Decision::Replay,
         Status::Unknown => Decision::Claim {
@@ -381,6 +384,9 @@ mod tests {
         assert_eq!(decide(Some(&rec), &r, now(500), "b"), Decision::Replay);
         assert_eq!(decide(Some(&rec), &r2, now(500), "b"), Decision::Mismatch);
         assert_eq!(decide(Some(&rec), &r2, now(1010), "b"), Decision::Claim { abandoned: None });
+        let mut once = r.clone();
+        once.once = true;
+        assert_eq!(decide(Some(&rec), &once, now(1010), "b"), Decision::Replay);
 
         rec.status = Status::Released;
         assert_eq!(decide(Some(&rec), &r2, now(0), "b"), Decision::Claim { abandoned: None });

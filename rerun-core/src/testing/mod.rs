@@ -2,6 +2,12 @@
 //! need a real server.
 
 pub mod conformance;
+pub mod harness;
+
+pub use harness::{
+    check_converges, recovery_check, Check, Divergence, Effects, Mode, PointId, RecoveryCheck,
+    Report, SafeToRerun, Verdict, WorldDir,
+};
 
 /// The URL of a test server from the environment variable `var`
 /// (`RERUN_TEST_POSTGRES_URL`, `RERUN_TEST_REDIS_URL`).

@@ -1,0 +1,571 @@
+//! The safe-to-rerun harness: the principle's own test, as a library.
+//!
+//! Give [`SafeToRerun`] a fresh-world constructor, the operation and an observation of the
+//! world. It checks that
+//! 1. running the operation twice in a row ends where running it once does;
+//! 2. for every crash point the operation passes (the runtime's `rerun.claimed`,
+//!    `rerun.body_started`, `rerun.body_returned`, `rerun.recorded`, plus the body's own
+//!    [`crate::checkpoint!`] marks), a run that dies there followed by a rerun ends in the
+//!    clean run's state with the clean run's result: once crashing by unwinding in process,
+//!    once killing a child process with SIGKILL and rerunning against what it left on disk;
+//! 3. no effect recorded in [`Effects`] happened twice.
+//!
+//! ```
+//! use rerun_core::testing::{SafeToRerun, WorldDir};
+//! use rerun_core::{Call, Error, SqliteStore};
+//!
+//! struct Shop { store: SqliteStore, effects: rerun_core::testing::Effects }
+//!
+//! let report = SafeToRerun::new(
+//!     "shop.charge",
+//!     |dir: &WorldDir| -> Result<Shop, Error> {
+//!         Ok(Shop { store: dir.sqlite_store()?, effects: dir.effects() })
+//!     },
+//!     |shop: &Shop| {
+//!         Call::new("shop.charge", "ord_1").once().run(&shop.store, || {
+//!             shop.effects.record("card.charged", "ord_1");
+//!             Ok::<_, Error>(500u64)
+//!         }).map(|o| o.value)
+//!     },
+//!     |shop: &Shop| shop.effects.count("card.charged", "ord_1"),
+//! )
+//! .in_process_only() // doc tests cannot re-run themselves; a #[test] does both modes
+//! .check();
+//! report.assert_passed();
+//! ```
+
+mod child;
+mod converges;
+mod hook;
+mod recovery;
+mod report;
+mod world;
+
+use std::any::Any;
+use std::fmt::{Debug, Display};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::time::{Duration, Instant};
+
+pub use converges::{check_converges, Divergence};
+pub use hook::PointId;
+pub use recovery::{recovery_check, RecoveryCheck};
+pub use report::{Check, Mode, Report, Verdict};
+pub use world::{Effects, WorldDir, EFFECT_LOG};
+
+use crate::error::Error;
+use hook::{Action, CrashHere, Installed};
+use report::side_by_side;
+
+/// An operation's error, as the harness keeps it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct RunError {
+    text: String,
+    outcome_unknown: bool,
+}
+
+/// What one run of the operation did.
+enum Ran<T> {
+    Returned(Result<T, RunError>),
+    Crashed,
+    Panicked(String),
+}
+
+type WorldFn<'a, W> = Box<dyn Fn(&WorldDir) -> Result<W, String> + 'a>;
+type OpFn<'a, W, T> = Box<dyn Fn(&W) -> Result<T, RunError> + 'a>;
+type ObserveFn<'a, W, O> = Box<dyn Fn(&W) -> O + 'a>;
+
+/// The safe-to-rerun harness over one operation; see the [module docs](self).
+///
+/// Built with [`SafeToRerun::new`], run with [`SafeToRerun::check`]. The harness serializes
+/// itself (one harness at a time per process) and its crash points act only on the thread
+/// that calls `check`, so it is safe among parallel tests.
+///
+/// The real-kill mode re-runs the current test binary with `<test name> --exact`; the test
+/// name is the current thread's name (what `cargo test` and cargo-nextest give it), or the one
+/// set with [`SafeToRerun::test_name`]. In that child, `check` runs the operation until the
+/// point and is killed there; other harnesses in the same test return an empty report, so
+/// give each harness of one test its own name.
+pub struct SafeToRerun<'a, W, T, O> {
+    name: String,
+    world: WorldFn<'a, W>,
+    op: OpFn<'a, W, T>,
+    observe: ObserveFn<'a, W, O>,
+    in_process: bool,
+    real_kill: bool,
+    test_name: Option<String>,
+    strict: bool,
+    child_timeout: Duration,
+}
+
+impl<'a, W, T, O> SafeToRerun<'a, W, T, O>
+where
+    T: PartialEq + Debug,
+    O: PartialEq + Debug,
+{
+    /// A harness named `name` over `operation`.
+    ///
+    /// - `world` builds the world in a fresh directory, or reopens the one a killed child
+    ///   left there (a SQLite store under [`WorldDir::sqlite_store`], files, [`Effects`]).
+    /// - `operation` is what a webhook handler, a job or a click runs; its errors are compared
+    ///   by their text.
+    /// - `observe` reads the state the operation changed; two runs that end in equal
+    ///   observations ended in the same state.
+    pub fn new<WE, E>(
+        name: &str,
+        world: impl Fn(&WorldDir) -> Result<W, WE> + 'a,
+        operation: impl Fn(&W) -> Result<T, E> + 'a,
+        observe: impl Fn(&W) -> O + 'a,
+    ) -> Self
+    where
+        WE: Display,
+        E: Display + 'static,
+    {
+        SafeToRerun {
+            name: name.to_owned(),
+            world: Box::new(move |dir| world(dir).map_err(|e| e.to_string())),
+            op: Box::new(move |w| operation(w).map_err(|e| run_error(&e))),
+            observe: Box::new(observe),
+            in_process: true,
+            real_kill: true,
+            test_name: None,
+            strict: false,
+            child_timeout: Duration::from_secs(60),
+        }
+    }
+
+    /// Crash only in process (unwinding): for worlds that do not persist (a `MemoryStore`),
+    /// and for doc tests, which cannot re-run themselves.
+    pub fn in_process_only(mut self) -> Self {
+        self.in_process = true;
+        self.real_kill = false;
+        self
+    }
+
+    /// Crash only for real (SIGKILL of a child process).
+    pub fn real_kill_only(mut self) -> Self {
+        self.in_process = false;
+        self.real_kill = true;
+        self
+    }
+
+    /// The full name of the test that runs this harness (`module::test_fn`), for the child
+    /// process of a real kill; by default the current thread's name, which `cargo test` and
+    /// cargo-nextest set to it.
+    pub fn test_name(mut self, name: impl Into<String>) -> Self {
+        self.test_name = Some(name.into());
+        self
+    }
+
+    /// Fail a rerun that ends in `OutcomeUnknown` (an at-most-once operation without a
+    /// `reconcile` function) instead of accepting it as safe.
+    pub fn require_convergence(mut self) -> Self {
+        self.strict = true;
+        self
+    }
+
+    /// How long a child process may take to reach its crash point (default 60 s).
+    pub fn child_timeout(mut self, timeout: Duration) -> Self {
+        self.child_timeout = timeout;
+        self
+    }
+
+    /// Runs every check and returns the report; see [`Report::assert_passed`].
+    pub fn check(&self) -> Report {
+        let started = Instant::now();
+        let mut report = Report::new(&self.name, self.strict);
+        if let Some(order) = child::Order::from_env() {
+            if order.name == self.name {
+                self.serve_as_child(&order);
+            }
+            report.notes.push(format!(
+                "skipped in the child process of harness {:?}",
+                order.name
+            ));
+            return report;
+        }
+        let hook = Installed::install();
+        let Some(clean) = self.clean_run(&hook, &mut report) else {
+            report.elapsed = started.elapsed();
+            return report;
+        };
+        self.twice(&hook, &clean, &mut report);
+        if self.in_process {
+            for point in report.points.clone() {
+                let check = self.crash_in_process(&hook, &clean, &point);
+                report.checks.push(check);
+            }
+        }
+        if self.real_kill {
+            let test_name = self.test_name.clone().or_else(|| {
+                std::thread::current()
+                    .name()
+                    .filter(|n| *n != "main")
+                    .map(str::to_owned)
+            });
+            report.test_name = test_name.clone();
+            for point in report.points.clone() {
+                let check = match &test_name {
+                    Some(test) => self.crash_for_real(&hook, &clean, &point, test),
+                    None => failed(
+                        Mode::RealKill,
+                        Some(point),
+                        "cannot tell this test's name from its thread; set it with .test_name(\"module::test_fn\")".to_owned(),
+                        Duration::ZERO,
+                    ),
+                };
+                report.checks.push(check);
+            }
+        }
+        report.elapsed = started.elapsed();
+        report
+    }
+
+    /// The reference run: once, on a fresh world, recording the points it passes.
+    fn clean_run(&self, hook: &Installed, report: &mut Report) -> Option<Clean<T, O>> {
+        let started = Instant::now();
+        let fail = |report: &mut Report, why: String| {
+            report
+                .checks
+                .push(failed(Mode::Twice, None, why, started.elapsed()));
+        };
+        let dir = match WorldDir::temporary(&self.name) {
+            Ok(dir) => dir,
+            Err(e) => {
+                fail(report, format!("cannot create a world directory: {e}"));
+                return None;
+            }
+        };
+        let world = match (self.world)(&dir) {
+            Ok(w) => w,
+            Err(e) => {
+                fail(report, format!("the world constructor failed: {e}"));
+                dir.remove();
+                return None;
+            }
+        };
+        hook.arm(Action::Record);
+        let result = match self.run(&world) {
+            Ran::Returned(r) => r,
+            Ran::Crashed => Err(RunError {
+                text: "crashed".into(),
+                outcome_unknown: false,
+            }),
+            Ran::Panicked(msg) => {
+                fail(
+                    report,
+                    format!("the operation panicked in a clean run: {msg}"),
+                );
+                dir.remove();
+                return None;
+            }
+        };
+        report.points = hook.passed();
+        let observed = (self.observe)(&world);
+        drop(world);
+        dir.remove();
+        Some(Clean { result, observed })
+    }
+
+    /// Check 1: twice in a row, on one fresh world.
+    fn twice(&self, hook: &Installed, clean: &Clean<T, O>, report: &mut Report) {
+        let started = Instant::now();
+        let check = self.in_fresh_world(Mode::Twice, None, |dir, world| {
+            hook.arm(Action::Record);
+            let first = self.run(world);
+            let second = self.run(world);
+            let (first, second) = match (first, second) {
+                (Ran::Returned(a), Ran::Returned(b)) => (a, b),
+                (Ran::Panicked(msg), _) | (_, Ran::Panicked(msg)) => {
+                    return Err(format!("the operation panicked: {msg}"))
+                }
+                _ => return Err("the operation crashed outside a crash check".into()),
+            };
+            let observed = (self.observe)(world);
+            let mut check = self.judge(Mode::Twice, None, clean, &second, &observed, dir, started);
+            if check.verdict == Verdict::Converged && !same_result(&first, &second) {
+                check.verdict = Verdict::Diverged;
+                check.side_by_side = Some(side_by_side(
+                    "first run",
+                    &result_text(&first),
+                    "second run",
+                    &result_text(&second),
+                ));
+            }
+            Ok(check)
+        });
+        report.checks.push(check);
+    }
+
+    /// Check 2, in process: unwind at the point, then rerun on the same world.
+    fn crash_in_process(&self, hook: &Installed, clean: &Clean<T, O>, point: &PointId) -> Check {
+        let started = Instant::now();
+        self.in_fresh_world(Mode::InProcess, Some(point), |dir, world| {
+            hook.arm(Action::Crash(point.clone()));
+            let crashed = self.run(world);
+            if !hook.fired() {
+                return Ok(Check {
+                    mode: Mode::InProcess,
+                    point: Some(point.clone()),
+                    verdict: Verdict::NotReached("the run ended without passing it".into()),
+                    side_by_side: None,
+                    duplicates: Vec::new(),
+                    elapsed: started.elapsed(),
+                });
+            }
+            if let Ran::Panicked(msg) = crashed {
+                return Err(format!("the operation panicked before the point: {msg}"));
+            }
+            hook.arm(Action::Record);
+            let rerun = match self.run(world) {
+                Ran::Returned(r) => r,
+                Ran::Panicked(msg) => return Err(format!("the rerun panicked: {msg}")),
+                Ran::Crashed => return Err("the rerun crashed".into()),
+            };
+            let observed = (self.observe)(world);
+            Ok(self.judge(
+                Mode::InProcess,
+                Some(point),
+                clean,
+                &rerun,
+                &observed,
+                dir,
+                started,
+            ))
+        })
+    }
+
+    /// Check 2, for real: a child process is killed at the point; a fresh world on the same
+    /// directory reruns.
+    fn crash_for_real(
+        &self,
+        hook: &Installed,
+        clean: &Clean<T, O>,
+        point: &PointId,
+        test_name: &str,
+    ) -> Check {
+        let started = Instant::now();
+        let dir = match WorldDir::temporary(&self.name) {
+            Ok(dir) => dir,
+            Err(e) => {
+                return failed(
+                    Mode::RealKill,
+                    Some(point.clone()),
+                    format!("cannot create a world directory: {e}"),
+                    started.elapsed(),
+                )
+            }
+        };
+        let outcome =
+            match child::kill_at(test_name, &self.name, point, dir.path(), self.child_timeout) {
+                Ok(_pid) => self.rerun_after_kill(hook, clean, point, &dir, started),
+                Err(child::KillError::NotReached(why)) => Ok(Check {
+                    mode: Mode::RealKill,
+                    point: Some(point.clone()),
+                    verdict: Verdict::NotReached(why),
+                    side_by_side: None,
+                    duplicates: Vec::new(),
+                    elapsed: started.elapsed(),
+                }),
+                Err(child::KillError::Failed(why)) => Err(why),
+            };
+        let check = outcome.unwrap_or_else(|why| {
+            failed(Mode::RealKill, Some(point.clone()), why, started.elapsed())
+        });
+        dir.remove();
+        check
+    }
+
+    /// After the kill: a fresh world on the killed child's directory reruns the operation.
+    fn rerun_after_kill(
+        &self,
+        hook: &Installed,
+        clean: &Clean<T, O>,
+        point: &PointId,
+        dir: &WorldDir,
+        started: Instant,
+    ) -> Result<Check, String> {
+        let world = (self.world)(dir).map_err(|e| {
+            format!("the world constructor failed on the killed child's directory: {e}")
+        })?;
+        hook.arm(Action::Record);
+        let rerun = match self.run(&world) {
+            Ran::Returned(r) => r,
+            Ran::Panicked(msg) => return Err(format!("the rerun panicked: {msg}")),
+            Ran::Crashed => return Err("the rerun crashed".into()),
+        };
+        let observed = (self.observe)(&world);
+        Ok(self.judge(
+            Mode::RealKill,
+            Some(point),
+            clean,
+            &rerun,
+            &observed,
+            dir,
+            started,
+        ))
+    }
+
+    /// In the child process of a real kill: run the operation until the point and wait there
+    /// to be killed. Returns only if the order is not for this harness's operation.
+    fn serve_as_child(&self, order: &child::Order) -> ! {
+        let dir = WorldDir::at(&order.dir);
+        let world = match (self.world)(&dir) {
+            Ok(w) => w,
+            Err(e) => child::missed(&format!("the world constructor failed in the child: {e}")),
+        };
+        let hook = Installed::install();
+        hook.arm(Action::Call(order.point.clone(), child::stand_at_point()));
+        let ran = self.run(&world);
+        let why = match ran {
+            Ran::Panicked(msg) => format!("the operation panicked in the child: {msg}"),
+            _ => format!("the run in the child never passed {}", order.point),
+        };
+        drop(hook);
+        child::missed(&why)
+    }
+
+    /// Builds a fresh world, runs `f` on it, removes it.
+    fn in_fresh_world(
+        &self,
+        mode: Mode,
+        point: Option<&PointId>,
+        f: impl FnOnce(&WorldDir, &W) -> Result<Check, String>,
+    ) -> Check {
+        let started = Instant::now();
+        let dir = match WorldDir::temporary(&self.name) {
+            Ok(dir) => dir,
+            Err(e) => {
+                return failed(
+                    mode,
+                    point.cloned(),
+                    format!("cannot create a world directory: {e}"),
+                    started.elapsed(),
+                )
+            }
+        };
+        let check = match (self.world)(&dir) {
+            Ok(world) => f(&dir, &world)
+                .unwrap_or_else(|why| failed(mode, point.cloned(), why, started.elapsed())),
+            Err(e) => failed(
+                mode,
+                point.cloned(),
+                format!("the world constructor failed: {e}"),
+                started.elapsed(),
+            ),
+        };
+        dir.remove();
+        check
+    }
+
+    fn run(&self, world: &W) -> Ran<T> {
+        match catch_unwind(AssertUnwindSafe(|| (self.op)(world))) {
+            Ok(result) => Ran::Returned(result),
+            Err(payload) if payload.is::<CrashHere>() => Ran::Crashed,
+            Err(payload) => Ran::Panicked(panic_message(payload.as_ref())),
+        }
+    }
+
+    /// The verdict of a rerun against the clean run.
+    #[allow(clippy::too_many_arguments)]
+    fn judge(
+        &self,
+        mode: Mode,
+        point: Option<&PointId>,
+        clean: &Clean<T, O>,
+        rerun: &Result<T, RunError>,
+        observed: &O,
+        dir: &WorldDir,
+        started: Instant,
+    ) -> Check {
+        let duplicates = dir.effects().duplicates();
+        let same = same_result(&clean.result, rerun) && clean.observed == *observed;
+        let side = (!same).then(|| {
+            let title = match point {
+                None => "run twice".to_owned(),
+                Some(p) => format!("crash at {p}, then rerun"),
+            };
+            side_by_side(
+                if point.is_none() {
+                    "run once"
+                } else {
+                    "clean run"
+                },
+                &format!("{}\n{:#?}", result_text(&clean.result), clean.observed),
+                &title,
+                &format!("{}\n{:#?}", result_text(rerun), observed),
+            )
+        });
+        let verdict = if !duplicates.is_empty() {
+            Verdict::DuplicateEffect
+        } else if same {
+            Verdict::Converged
+        } else if rerun.as_ref().err().is_some_and(|e| e.outcome_unknown) {
+            Verdict::OutcomeUnknown
+        } else {
+            Verdict::Diverged
+        };
+        Check {
+            mode,
+            point: point.cloned(),
+            verdict,
+            side_by_side: side,
+            duplicates,
+            elapsed: started.elapsed(),
+        }
+    }
+}
+
+/// What the clean run returned and left.
+struct Clean<T, O> {
+    result: Result<T, RunError>,
+    observed: O,
+}
+
+fn failed(mode: Mode, point: Option<PointId>, why: String, elapsed: Duration) -> Check {
+    Check {
+        mode,
+        point,
+        verdict: Verdict::Failed(why),
+        side_by_side: None,
+        duplicates: Vec::new(),
+        elapsed,
+    }
+}
+
+fn same_result<T: PartialEq>(a: &Result<T, RunError>, b: &Result<T, RunError>) -> bool {
+    match (a, b) {
+        (Ok(a), Ok(b)) => a == b,
+        (Err(a), Err(b)) => a.text == b.text,
+        _ => false,
+    }
+}
+
+fn result_text<T: Debug>(r: &Result<T, RunError>) -> String {
+    match r {
+        Ok(v) => format!("returned Ok({v:?})"),
+        Err(e) => format!("returned Err({})", e.text),
+    }
+}
+
+/// Keeps an operation's error as text, noting whether it is rerun's `OutcomeUnknown`.
+fn run_error<E: Display + 'static>(e: &E) -> RunError {
+    let text = e.to_string();
+    let outcome_unknown = match (e as &dyn Any).downcast_ref::<Error>() {
+        Some(err) => matches!(err, Error::OutcomeUnknown { .. }),
+        // A user's error type that wraps rerun's (`#[error(transparent)]`, or a message that
+        // includes it) carries its text.
+        None => text.contains("its outcome is unknown"),
+    };
+    RunError {
+        text,
+        outcome_unknown,
+    }
+}
+
+fn panic_message(payload: &(dyn Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a non-text panic".to_owned())
+}

@@ -1,0 +1,176 @@
+//! The world a harness run happens in: a fresh directory, and a durable log of effects.
+
+use std::collections::BTreeMap;
+use std::fs::OpenOptions;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// The name of the effect log inside a world directory.
+pub const EFFECT_LOG: &str = "rerun-effects.log";
+
+/// The directory of one world: every run of the harness gets a fresh, empty one.
+///
+/// The world constructor keeps its state under [`WorldDir::path`] (a SQLite store, files) so
+/// that a fresh process can reopen it after a kill; it is called again on the same directory in
+/// that process, so it must open what is there rather than start from nothing.
+///
+/// ```
+/// use rerun_core::testing::WorldDir;
+/// let dir = WorldDir::temporary("doc")?;
+/// dir.effects().record("email.sent", "user-42");
+/// assert_eq!(dir.effects().count("email.sent", "user-42"), 1);
+/// dir.remove();
+/// # Ok::<(), std::io::Error>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct WorldDir {
+    path: PathBuf,
+}
+
+impl WorldDir {
+    /// Opens an existing directory as a world (the harness uses it in the rerun process).
+    pub fn at(path: impl Into<PathBuf>) -> WorldDir {
+        WorldDir { path: path.into() }
+    }
+
+    /// Creates a fresh, empty directory under the system's temporary directory.
+    pub fn temporary(label: &str) -> std::io::Result<WorldDir> {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let label: String = label
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+            .take(40)
+            .collect();
+        loop {
+            let n = NEXT.fetch_add(1, Ordering::Relaxed);
+            let path = std::env::temp_dir().join(format!(
+                "rerun-harness-{}-{}-{n}",
+                std::process::id(),
+                label
+            ));
+            match std::fs::create_dir(&path) {
+                Ok(()) => return Ok(WorldDir { path }),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// The directory.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// A path inside the directory.
+    pub fn join(&self, name: impl AsRef<Path>) -> PathBuf {
+        self.path.join(name)
+    }
+
+    /// The log of non-replayable effects of this world.
+    pub fn effects(&self) -> Effects {
+        Effects {
+            log: Arc::new(self.path.join(EFFECT_LOG)),
+        }
+    }
+
+    /// The SQLite store of this world, at `rerun.sqlite3` in the directory.
+    #[cfg(feature = "sqlite")]
+    pub fn sqlite_store(&self) -> Result<crate::SqliteStore, crate::Error> {
+        crate::SqliteStore::open(self.path.join("rerun.sqlite3"))
+    }
+
+    /// Deletes the directory and everything in it; a failure is ignored (it is temporary).
+    pub fn remove(self) {
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
+}
+
+/// A durable log of effects that must not happen twice: a charge, an email, a message sent.
+///
+/// Each [`Effects::record`] appends one line to a file in the world's directory with one
+/// `write` call, so the count survives a process killed with SIGKILL right after it. The
+/// harness fails any run in which one `(effect, key)` was recorded more than once.
+///
+/// ```
+/// use rerun_core::testing::WorldDir;
+/// let world = WorldDir::temporary("effects-doc")?;
+/// let effects = world.effects();
+/// effects.record("card.charged", "ord_1");
+/// effects.record("card.charged", "ord_1");
+/// assert_eq!(effects.duplicates(), vec![("card.charged".to_owned(), "ord_1".to_owned(), 2)]);
+/// world.remove();
+/// # Ok::<(), std::io::Error>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct Effects {
+    log: Arc<PathBuf>,
+}
+
+/// Keeps a field on one line of the log.
+fn field(s: &str) -> String {
+    s.replace(['\t', '\n', '\r'], " ")
+}
+
+impl Effects {
+    /// Records that the effect `effect` happened for `key` (its dedupe identity: the order id,
+    /// the recipient and message id, …).
+    ///
+    /// Never fails the operation: a log that cannot be written (a broken temporary directory)
+    /// is reported on stderr, and the harness reports the effect count it could read.
+    pub fn record(&self, effect: &str, key: impl std::fmt::Display) {
+        let line = format!(
+            "{}\t{}\t{}\n",
+            field(effect),
+            field(&key.to_string()),
+            std::process::id()
+        );
+        let written = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&*self.log)
+            .and_then(|mut f| f.write_all(line.as_bytes()));
+        if let Err(e) = written {
+            eprintln!(
+                "rerun harness: could not record effect {effect:?} in {}: {e}",
+                self.log.display()
+            );
+        }
+    }
+
+    /// Every `(effect, key)` recorded, with how many times and by which processes.
+    pub fn tally(&self) -> BTreeMap<(String, String), Vec<u32>> {
+        let mut out: BTreeMap<(String, String), Vec<u32>> = BTreeMap::new();
+        let Ok(text) = std::fs::read_to_string(&*self.log) else {
+            return out;
+        };
+        for line in text.lines() {
+            let mut parts = line.split('\t');
+            let (Some(effect), Some(key)) = (parts.next(), parts.next()) else {
+                continue;
+            };
+            let pid = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
+            out.entry((effect.to_owned(), key.to_owned()))
+                .or_default()
+                .push(pid);
+        }
+        out
+    }
+
+    /// How many times `effect` was recorded for `key`.
+    pub fn count(&self, effect: &str, key: impl std::fmt::Display) -> usize {
+        self.tally()
+            .get(&(field(effect), field(&key.to_string())))
+            .map_or(0, Vec::len)
+    }
+
+    /// The `(effect, key, times)` recorded more than once.
+    pub fn duplicates(&self) -> Vec<(String, String, usize)> {
+        self.tally()
+            .into_iter()
+            .filter(|(_, pids)| pids.len() > 1)
+            .map(|((effect, key), pids)| (effect, key, pids.len()))
+            .collect()
+    }
+}
