@@ -1,9 +1,21 @@
 //! `MemoryStore`: records in a `HashMap` behind a mutex, for tests and single-process programs.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::Duration;
+
+// Under the `shuttle` feature the lock and the fence counter are shuttle's, so a test can
+// explore every interleaving of concurrent claims (see tests/shuttle_claim.rs).
+#[cfg(feature = "shuttle")]
+use shuttle::sync::{
+    atomic::{AtomicU64, Ordering},
+    Mutex, MutexGuard,
+};
+#[cfg(not(feature = "shuttle"))]
+use std::sync::{
+    atomic::{AtomicU64, Ordering},
+    Mutex, MutexGuard,
+};
 
 use crate::clock::{Clock, HostClock};
 use crate::error::Error;
