@@ -6,17 +6,19 @@
 //! another time (a reused pid is not the holder). A pid we may not signal (`EPERM`) exists and is
 //! treated as alive. On another host nothing is provable, and only the lease decides.
 
+use std::borrow::Cow;
+use std::cell::Cell;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 
 /// The identity of one attempt to run a key's body.
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub struct Holder {
     /// Host name.
-    pub host: Arc<str>,
+    pub host: Cow<'static, str>,
     /// The kernel's boot id (`/proc/sys/kernel/random/boot_id`), empty where unknown.
-    pub boot_id: Arc<str>,
+    pub boot_id: Cow<'static, str>,
     /// Process id.
     pub pid: u32,
     /// Process start time in clock ticks since boot (field 22 of `/proc/PID/stat`), 0 where unknown.
@@ -37,21 +39,40 @@ pub enum Liveness {
 }
 
 struct Process {
-    host: Arc<str>,
-    boot_id: Arc<str>,
+    host: String,
+    boot_id: String,
     pid: u32,
     start_time: u64,
 }
 
 static PROCESS: OnceLock<Process> = OnceLock::new();
-static NEXT_ATTEMPT: AtomicU64 = AtomicU64::new(1);
+static NEXT_BLOCK: AtomicU64 = AtomicU64::new(0);
+const BLOCK: u64 = 1 << 16;
+
+thread_local! {
+    /// The next attempt id of this thread and the end of its block: threads draw blocks of ids
+    /// from one counter, so concurrent calls do not contend on it.
+    static ATTEMPTS: Cell<(u64, u64)> = const { Cell::new((0, 0)) };
+}
+
+fn next_attempt() -> u64 {
+    ATTEMPTS.with(|a| {
+        let (mut next, mut end) = a.get();
+        if next == end {
+            next = NEXT_BLOCK.fetch_add(1, Ordering::Relaxed) * BLOCK + 1;
+            end = next + BLOCK - 1;
+        }
+        a.set((next + 1, end));
+        next
+    })
+}
 
 fn process() -> &'static Process {
     PROCESS.get_or_init(|| {
         let pid = std::process::id();
         Process {
-            host: host_name().into(),
-            boot_id: boot_id().into(),
+            host: host_name(),
+            boot_id: boot_id(),
             pid,
             start_time: start_time_of(pid).unwrap_or(0),
         }
@@ -65,8 +86,13 @@ fn host_name() -> String {
         .unwrap_or_else(|| "localhost".to_owned())
 }
 
+/// The boot id of the running kernel, read once.
+pub fn this_boot() -> &'static str {
+    &process().boot_id
+}
+
 /// The boot id of this machine, empty where the kernel does not expose one.
-pub(crate) fn boot_id() -> String {
+fn boot_id() -> String {
     std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
         .map(|s| s.trim().to_owned())
         .unwrap_or_default()
@@ -93,11 +119,11 @@ impl Holder {
     pub fn current() -> Holder {
         let p = process();
         Holder {
-            host: p.host.clone(),
-            boot_id: p.boot_id.clone(),
+            host: Cow::Borrowed(p.host.as_str()),
+            boot_id: Cow::Borrowed(p.boot_id.as_str()),
             pid: p.pid,
             start_time: p.start_time,
-            attempt: NEXT_ATTEMPT.fetch_add(1, Ordering::Relaxed),
+            attempt: next_attempt(),
         }
     }
 
@@ -156,8 +182,8 @@ impl Holder {
             return None;
         }
         Some(Holder {
-            host: host.into(),
-            boot_id: boot_id.into(),
+            host: Cow::Owned(host.to_owned()),
+            boot_id: Cow::Owned(boot_id.to_owned()),
             pid,
             start_time,
             attempt,

@@ -14,7 +14,7 @@
 //! directly; the network stores implement the same table in one SQL statement or Lua script, and
 //! the conformance suite holds them all to it.
 
-use std::sync::Arc;
+use std::borrow::Cow;
 use std::time::Duration;
 
 use crate::clock::{millis, nanos, Now};
@@ -97,7 +97,7 @@ pub struct LocalRecord {
     /// Latest claim was `once`.
     pub once: bool,
     /// The boot during which the monotonic deadlines below were written.
-    pub boot_id: Arc<str>,
+    pub boot_id: Cow<'static, str>,
     /// In progress: lease end on the monotonic clock.
     pub lease_until_ns: u64,
     /// Completed: expiry on the monotonic clock.
@@ -221,14 +221,14 @@ impl LocalRecord {
     }
 
     /// An in-progress record for a new claim.
-    pub fn claimed(req: &ClaimRequest<'_>, fence: Fence, now: Now, boot_id: &Arc<str>) -> Self {
+    pub fn claimed(req: &ClaimRequest<'_>, fence: Fence, now: Now) -> Self {
         LocalRecord {
             status: Status::InProgress,
             fence,
             fingerprint: *req.fingerprint,
             holder: Some(req.holder.clone()),
             once: req.once,
-            boot_id: boot_id.clone(),
+            boot_id: Cow::Borrowed(crate::holder::this_boot()),
             lease_until_ns: now.mono_ns.saturating_add(nanos(req.lease)),
             expires_mono_ns: 0,
             expires_wall_ms: 0,
@@ -237,17 +237,17 @@ impl LocalRecord {
     }
 
     /// Turns an in-progress record into a completed one.
-    pub fn complete(&mut self, result: &[u8], ttl: Duration, now: Now, boot_id: &Arc<str>) {
+    pub fn complete(&mut self, result: &[u8], ttl: Duration, now: Now) {
         self.status = Status::Completed;
-        self.boot_id = boot_id.clone();
+        self.boot_id = Cow::Borrowed(crate::holder::this_boot());
         self.expires_mono_ns = now.mono_ns.saturating_add(nanos(ttl));
         self.expires_wall_ms = now.wall_ms.saturating_add(millis(ttl));
         self.result = Some(result.to_vec());
     }
 
     /// Extends an in-progress record's lease.
-    pub fn renew(&mut self, lease: Duration, now: Now, boot_id: &Arc<str>) {
-        self.boot_id = boot_id.clone();
+    pub fn renew(&mut self, lease: Duration, now: Now) {
+        self.boot_id = Cow::Borrowed(crate::holder::this_boot());
         self.lease_until_ns = now.mono_ns.saturating_add(nanos(lease));
     }
 
@@ -357,7 +357,6 @@ mod tests {
 
     #[test]
     fn table() {
-        let boot: Arc<str> = "b".into();
         let key = Key::new("s", "k");
         let fp = Fingerprint::of(&1).unwrap();
         let other = Fingerprint::of(&2).unwrap();
@@ -365,34 +364,35 @@ mod tests {
         let r = req(&key, &fp, &h);
         assert_eq!(decide(None, &r, now(0), "b"), Decision::Claim { abandoned: None });
 
-        let mut rec = LocalRecord::claimed(&r, 1, now(0), &boot);
-        assert!(matches!(decide(Some(&rec), &r, now(50), "b"), Decision::Busy { .. }));
+        let mut rec = LocalRecord::claimed(&r, 1, now(0));
+        let b = crate::holder::this_boot();
+        assert!(matches!(decide(Some(&rec), &r, now(50), b), Decision::Busy { .. }));
         // Exactly at the lease end the lease is out.
-        assert!(matches!(decide(Some(&rec), &r, now(100), "b"), Decision::Claim { abandoned: Some(_) }));
+        assert!(matches!(decide(Some(&rec), &r, now(100), b), Decision::Claim { abandoned: Some(_) }));
         // Another boot: the lease is out at once.
         assert!(matches!(decide(Some(&rec), &r, now(50), "c"), Decision::Claim { abandoned: Some(_) }));
         let mut stolen = r.clone();
         stolen.steal = Some(1);
-        assert!(matches!(decide(Some(&rec), &stolen, now(50), "b"), Decision::Claim { .. }));
+        assert!(matches!(decide(Some(&rec), &stolen, now(50), b), Decision::Claim { .. }));
         stolen.steal = Some(0);
-        assert!(matches!(decide(Some(&rec), &stolen, now(50), "b"), Decision::Busy { .. }));
+        assert!(matches!(decide(Some(&rec), &stolen, now(50), b), Decision::Busy { .. }));
         let mut r2 = r.clone();
         r2.fingerprint = &other;
-        assert_eq!(decide(Some(&rec), &r2, now(50), "b"), Decision::Mismatch);
+        assert_eq!(decide(Some(&rec), &r2, now(50), b), Decision::Mismatch);
 
-        rec.complete(b"x", Duration::from_nanos(1000), now(10), &boot);
-        assert_eq!(decide(Some(&rec), &r, now(500), "b"), Decision::Replay);
-        assert_eq!(decide(Some(&rec), &r2, now(500), "b"), Decision::Mismatch);
-        assert_eq!(decide(Some(&rec), &r2, now(1010), "b"), Decision::Claim { abandoned: None });
+        rec.complete(b"x", Duration::from_nanos(1000), now(10));
+        assert_eq!(decide(Some(&rec), &r, now(500), b), Decision::Replay);
+        assert_eq!(decide(Some(&rec), &r2, now(500), b), Decision::Mismatch);
+        assert_eq!(decide(Some(&rec), &r2, now(1010), b), Decision::Claim { abandoned: None });
         let mut once = r.clone();
         once.once = true;
-        assert_eq!(decide(Some(&rec), &once, now(1010), "b"), Decision::Replay);
+        assert_eq!(decide(Some(&rec), &once, now(1010), b), Decision::Replay);
 
         rec.status = Status::Released;
-        assert_eq!(decide(Some(&rec), &r2, now(0), "b"), Decision::Claim { abandoned: None });
+        assert_eq!(decide(Some(&rec), &r2, now(0), b), Decision::Claim { abandoned: None });
         rec.status = Status::Unknown;
         assert!(matches!(
-            decide(Some(&rec), &r, now(0), "b"),
+            decide(Some(&rec), &r, now(0), b),
             Decision::Claim { abandoned: Some(Abandoned { outcome_unknown: true, .. }) }
         ));
     }

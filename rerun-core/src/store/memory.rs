@@ -48,7 +48,6 @@ struct Inner {
     records: Mutex<HashMap<Key, LocalRecord>>,
     fences: AtomicU64,
     clock: Arc<dyn Clock>,
-    boot_id: Arc<str>,
 }
 
 impl MemoryStore {
@@ -64,7 +63,6 @@ impl MemoryStore {
                 records: Mutex::new(HashMap::new()),
                 fences: AtomicU64::new(0),
                 clock: Arc::new(clock),
-                boot_id: crate::holder::boot_id().into(),
             }),
         }
     }
@@ -118,7 +116,7 @@ impl std::fmt::Debug for MemoryStore {
 impl Store for MemoryStore {
     fn claim(&self, req: &ClaimRequest<'_>) -> Result<ClaimResponse, Error> {
         let now = self.inner.clock.now();
-        let boot = &self.inner.boot_id;
+        let boot = crate::holder::this_boot();
         let mut records = self.records();
         let current = records.get(req.key);
         match decide(current, req, now, boot) {
@@ -140,7 +138,7 @@ impl Store for MemoryStore {
             }
             Decision::Claim { abandoned } => {
                 let fence = self.inner.fences.fetch_add(1, Ordering::Relaxed) + 1;
-                records.insert(req.key.clone(), LocalRecord::claimed(req, fence, now, boot));
+                records.insert(req.key.clone(), LocalRecord::claimed(req, fence, now));
                 Ok(ClaimResponse::Claimed(Claim {
                     key: req.key.clone(),
                     fence,
@@ -154,9 +152,8 @@ impl Store for MemoryStore {
 
     fn complete(&self, claim: &Claim, result: &[u8], ttl: Duration) -> Result<(), Error> {
         let now = self.inner.clock.now();
-        let boot = &self.inner.boot_id;
         self.fenced(claim, |rec| {
-            rec.complete(result, ttl, now, boot);
+            rec.complete(result, ttl, now);
             rec.holder = None;
         })
     }
@@ -170,8 +167,7 @@ impl Store for MemoryStore {
 
     fn renew(&self, claim: &Claim, lease: Duration) -> Result<(), Error> {
         let now = self.inner.clock.now();
-        let boot = &self.inner.boot_id;
-        self.fenced(claim, |rec| rec.renew(lease, now, boot))
+        self.fenced(claim, |rec| rec.renew(lease, now))
     }
 
     fn mark_unknown(&self, claim: &Claim) -> Result<(), Error> {
@@ -189,7 +185,7 @@ impl Store for MemoryStore {
         Ok(self
             .records()
             .get(key)
-            .map(|r| r.view(key, now, &self.inner.boot_id)))
+            .map(|r| r.view(key, now, crate::holder::this_boot())))
     }
 
     fn scan(&self, cursor: Option<&str>, limit: usize) -> Result<ScanPage, Error> {
@@ -207,7 +203,7 @@ impl Store for MemoryStore {
         Ok(ScanPage {
             records: keys
                 .into_iter()
-                .filter_map(|k| records.get(k).map(|r| r.view(k, now, &self.inner.boot_id)))
+                .filter_map(|k| records.get(k).map(|r| r.view(k, now, crate::holder::this_boot())))
                 .collect(),
             next,
         })
@@ -215,7 +211,7 @@ impl Store for MemoryStore {
 
     fn purge_expired(&self, limit: usize) -> Result<u64, Error> {
         let now = self.inner.clock.now();
-        let boot = &self.inner.boot_id;
+        let boot = crate::holder::this_boot();
         let mut records = self.records();
         let expired: Vec<Key> = records
             .iter()

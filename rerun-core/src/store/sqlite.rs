@@ -16,7 +16,7 @@ use rusqlite::{params, Connection, OptionalExtension, Row};
 use crate::clock::{Clock, HostClock};
 use crate::error::{CorruptKind, Error};
 use crate::fingerprint::Fingerprint;
-use crate::holder::Holder;
+use crate::holder::{this_boot, Holder};
 use crate::key::Key;
 use crate::record::{
     decide, Busy, Claim, ClaimRequest, ClaimResponse, Decision, LocalRecord, RecordView, Replay,
@@ -74,7 +74,6 @@ struct Inner {
     path: PathBuf,
     pool: Mutex<Vec<Connection>>,
     clock: Arc<dyn Clock>,
-    boot_id: Arc<str>,
     busy_timeout: Duration,
 }
 
@@ -144,7 +143,6 @@ impl SqliteStore {
                 path,
                 pool: Mutex::new(Vec::new()),
                 clock: options.clock,
-                boot_id: crate::holder::boot_id().into(),
                 busy_timeout: options.busy_timeout,
             }),
         };
@@ -239,12 +237,12 @@ impl SqliteStore {
             ))
             .map_err(|e| sql_err(Some(key), "reading the record", e))?;
         let row = stmt
-            .query_row(params![key.scope(), key.id()], |r| Ok(RawRow::read(r)))
+            .query_row(params![key.scope(), key.id()], |r| Ok(record_of(r)))
             .optional()
             .map_err(|e| sql_err(Some(key), "reading the record", e))?;
         match row {
             None => Ok(None),
-            Some(raw) => raw?.into_record().map(Some).map_err(|kind| Error::corrupt(key, kind)),
+            Some(rec) => rec.map(Some).map_err(|kind| Error::corrupt(key, kind)),
         }
     }
 
@@ -306,88 +304,65 @@ impl std::fmt::Debug for SqliteStore {
     }
 }
 
-/// One row as read, before validation.
-struct RawRow {
-    status: String,
-    fence: i64,
-    fingerprint: Vec<u8>,
-    holder: Option<String>,
-    once: bool,
-    boot_id: String,
-    lease_until: i64,
-    expires_mono: i64,
-    expires_wall: i64,
-    result: Option<Vec<u8>>,
-    scope: String,
-    id: String,
-}
-
-impl RawRow {
-    fn read(r: &Row<'_>) -> Result<RawRow, Error> {
-        let get = || -> rusqlite::Result<RawRow> {
-            Ok(RawRow {
-                status: r.get(0)?,
-                fence: r.get(1)?,
-                fingerprint: r.get(2)?,
-                holder: r.get(3)?,
-                once: r.get(4)?,
-                boot_id: r.get(5)?,
-                lease_until: r.get(6)?,
-                expires_mono: r.get(7)?,
-                expires_wall: r.get(8)?,
-                result: r.get(9)?,
-                scope: r.get(10)?,
-                id: r.get(11)?,
-            })
-        };
-        get().map_err(|e| {
-            let scope: String = r.get(10).unwrap_or_default();
-            let id: String = r.get(11).unwrap_or_default();
-            Error::corrupt(
-                &Key::from_parts(scope, id),
-                CorruptKind::Record(format!("a column has the wrong type: {e}")),
-            )
-        })
+/// Reads a row's record columns (0..=9) without allocating for the columns it only inspects.
+fn record_of(r: &Row<'_>) -> Result<LocalRecord, CorruptKind> {
+    use rusqlite::types::ValueRef;
+    let bad = |what: &str| CorruptKind::Record(format!("the {what} column is malformed"));
+    let text = |i: usize, what: &str| match r.get_ref(i) {
+        Ok(ValueRef::Text(t)) => std::str::from_utf8(t).map_err(|_| bad(what)),
+        _ => Err(bad(what)),
+    };
+    let int = |i: usize, what: &str| r.get::<_, i64>(i).map_err(|_| bad(what));
+    let status_text = text(0, "status")?;
+    let status = Status::parse(status_text)
+        .ok_or_else(|| CorruptKind::Record(format!("unknown status {status_text:?}")))?;
+    let fingerprint = match r.get_ref(2) {
+        Ok(ValueRef::Blob(b)) => Fingerprint::from_slice(b),
+        _ => None,
     }
-
-    fn key(&self) -> Key {
-        Key::from_parts(self.scope.clone(), self.id.clone())
+    .ok_or_else(|| CorruptKind::Record("the fingerprint is not 32 bytes".into()))?;
+    let holder = match r.get_ref(3) {
+        Ok(ValueRef::Null) => None,
+        Ok(ValueRef::Text(t)) => Some(
+            std::str::from_utf8(t)
+                .ok()
+                .and_then(Holder::decode)
+                .ok_or_else(|| bad("holder"))?,
+        ),
+        _ => return Err(bad("holder")),
+    };
+    let boot = text(5, "boot_id")?;
+    let boot_id = if boot == this_boot() {
+        std::borrow::Cow::Borrowed(this_boot())
+    } else {
+        std::borrow::Cow::Owned(boot.to_owned())
+    };
+    let result = match r.get_ref(9) {
+        Ok(ValueRef::Null) => None,
+        Ok(ValueRef::Blob(b)) => Some(b.to_vec()),
+        _ => return Err(bad("result")),
+    };
+    if status == Status::Completed && result.is_none() {
+        return Err(CorruptKind::Record("a completed record has no result".into()));
     }
-
-    fn into_record(self) -> Result<LocalRecord, CorruptKind> {
-        let status = Status::parse(&self.status)
-            .ok_or_else(|| CorruptKind::Record(format!("unknown status {:?}", self.status)))?;
-        let fingerprint = Fingerprint::from_slice(&self.fingerprint)
-            .ok_or_else(|| CorruptKind::Record("the fingerprint is not 32 bytes".into()))?;
-        let holder = match &self.holder {
-            None => None,
-            Some(h) => Some(
-                Holder::decode(h)
-                    .ok_or_else(|| CorruptKind::Record(format!("malformed holder {h:?}")))?,
-            ),
-        };
-        if status == Status::Completed && self.result.is_none() {
-            return Err(CorruptKind::Record("a completed record has no result".into()));
-        }
-        Ok(LocalRecord {
-            status,
-            fence: self.fence as u64,
-            fingerprint,
-            holder,
-            once: self.once,
-            boot_id: self.boot_id.into(),
-            lease_until_ns: self.lease_until as u64,
-            expires_mono_ns: self.expires_mono as u64,
-            expires_wall_ms: self.expires_wall,
-            result: self.result,
-        })
-    }
+    Ok(LocalRecord {
+        status,
+        fence: int(1, "fence")? as u64,
+        fingerprint,
+        holder,
+        once: int(4, "once")? != 0,
+        boot_id,
+        lease_until_ns: int(6, "lease_until")? as u64,
+        expires_mono_ns: int(7, "expires_mono")? as u64,
+        expires_wall_ms: int(8, "expires_wall")?,
+        result,
+    })
 }
 
 impl Store for SqliteStore {
     fn claim(&self, req: &ClaimRequest<'_>) -> Result<ClaimResponse, Error> {
         let key = req.key;
-        let boot = &self.inner.boot_id;
+        let boot = this_boot();
         self.with(|conn| {
             // Optimistic read first: a replay, a mismatch or a live holder needs no write lock.
             let current = self.read(conn, key)?;
@@ -422,7 +397,7 @@ impl Store for SqliteStore {
                     )
                     .and_then(|mut s| s.query_row([], |r| r.get(0)))
                     .map_err(|e| sql_err(Some(key), "drawing a fence", e))?;
-                let rec = LocalRecord::claimed(req, fence as u64, now, boot);
+                let rec = LocalRecord::claimed(req, fence as u64, now);
                 conn.prepare_cached(
                     "INSERT OR REPLACE INTO rerun_records (scope, id, status, fence, fingerprint, \
                      holder, once, boot_id, lease_until, expires_mono, expires_wall, result) \
@@ -464,7 +439,7 @@ impl Store for SqliteStore {
 
     fn complete(&self, claim: &Claim, result: &[u8], ttl: Duration) -> Result<(), Error> {
         let now = self.inner.clock.now();
-        let boot: &str = &self.inner.boot_id;
+        let boot: &str = this_boot();
         let exp_mono = now.mono_ns.saturating_add(crate::clock::nanos(ttl)) as i64;
         let exp_wall = now.wall_ms.saturating_add(crate::clock::millis(ttl));
         self.fenced(
@@ -489,7 +464,7 @@ impl Store for SqliteStore {
 
     fn renew(&self, claim: &Claim, lease: Duration) -> Result<(), Error> {
         let now = self.inner.clock.now();
-        let boot: &str = &self.inner.boot_id;
+        let boot: &str = this_boot();
         let until = now.mono_ns.saturating_add(crate::clock::nanos(lease)) as i64;
         self.fenced(
             claim,
@@ -525,7 +500,7 @@ impl Store for SqliteStore {
         self.with(|conn| {
             let rec = self.read(conn, key)?;
             let now = self.inner.clock.now();
-            Ok(rec.map(|r| r.view(key, now, &self.inner.boot_id)))
+            Ok(rec.map(|r| r.view(key, now, this_boot())))
         })
     }
 
@@ -544,15 +519,17 @@ impl Store for SqliteStore {
                 ))
                 .map_err(|e| sql_err(None, "scanning records", e))?;
             let rows = stmt
-                .query_map(params![scope, id, limit as i64], |r| Ok(RawRow::read(r)))
+                .query_map(params![scope, id, limit as i64], |r| {
+                    let key = Key::from_parts(r.get::<_, String>(10)?, r.get::<_, String>(11)?);
+                    Ok((record_of(r), key))
+                })
                 .map_err(|e| sql_err(None, "scanning records", e))?;
             let now = self.inner.clock.now();
             let mut out = Vec::new();
             for row in rows {
-                let raw = row.map_err(|e| sql_err(None, "scanning records", e))??;
-                let key = raw.key();
-                let rec = raw.into_record().map_err(|kind| Error::corrupt(&key, kind))?;
-                out.push(rec.view(&key, now, &self.inner.boot_id));
+                let (rec, key) = row.map_err(|e| sql_err(None, "scanning records", e))?;
+                let rec = rec.map_err(|kind| Error::corrupt(&key, kind))?;
+                out.push(rec.view(&key, now, this_boot()));
             }
             let next = (out.len() == limit)
                 .then(|| out.last().map(|r| encode_cursor(&r.key)))
@@ -563,7 +540,7 @@ impl Store for SqliteStore {
 
     fn purge_expired(&self, limit: usize) -> Result<u64, Error> {
         let now = self.inner.clock.now();
-        let boot: &str = &self.inner.boot_id;
+        let boot: &str = this_boot();
         self.with(|conn| {
             conn.prepare_cached(
                 "DELETE FROM rerun_records WHERE (scope, id) IN (

@@ -1,0 +1,156 @@
+//! The cases shared by the criterion bench and the ratio program for the local stores: rerun's
+//! calls, and hand-written baselines doing the same work without rerun.
+
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Mutex;
+
+use rerun_core::record::ClaimRequest;
+use rerun_core::{codec, Call, Error, Fingerprint, Holder, Key, MemoryStore, SqliteStore};
+use rusqlite::{params, Connection, OptionalExtension};
+use serde::{Deserialize, Serialize};
+
+/// A small payload, as a webhook handler would fingerprint.
+#[derive(Serialize)]
+pub struct Order {
+    pub id: u64,
+    pub customer: &'static str,
+    pub cents: u64,
+}
+
+/// A small result.
+#[derive(Serialize, Deserialize, Debug, PartialEq)]
+pub struct Receipt {
+    pub id: u64,
+    pub cents: u64,
+    pub note: String,
+}
+
+pub fn order(id: u64) -> Order {
+    Order { id, customer: "cus_123", cents: 4200 }
+}
+
+pub fn receipt(id: u64) -> Receipt {
+    Receipt { id, cents: 4200, note: "charged".into() }
+}
+
+pub const SCOPE: &str = "bench.charge";
+
+/// One rerun call of the charge operation.
+pub fn rerun_call<S: rerun_core::Store>(store: &S, id: u64, once: bool) -> Receipt {
+    let o = order(id);
+    let mut call = Call::new(SCOPE, &id).payload(&o);
+    if once {
+        call = call.once();
+    }
+    match call.run(store, || Ok::<_, Error>(receipt(id))) {
+        Ok(out) => out.value,
+        Err(e) => panic!("bench call failed: {e}"),
+    }
+}
+
+/// The same work by hand with a `Mutex<HashMap>`: key encoding, fingerprint, result encoding
+/// and checksum, and on a repeat the comparison and decoding.
+#[derive(Default)]
+pub struct Baseline {
+    map: Mutex<HashMap<Key, (Fingerprint, Vec<u8>)>>,
+}
+
+impl Baseline {
+    pub fn call(&self, id: u64) -> Receipt {
+        let key = Key::new(SCOPE, &id);
+        let fp = Fingerprint::of(&order(id)).unwrap_or(Fingerprint::EMPTY);
+        let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((stored, bytes)) = map.get(&key) {
+            if *stored == fp {
+                if let Ok(r) = codec::decode(bytes) {
+                    return r;
+                }
+            }
+        }
+        let r = receipt(id);
+        let bytes = codec::encode(&r).unwrap_or_default();
+        map.insert(key, (fp, bytes));
+        r
+    }
+}
+
+/// A hand-written idempotency layer on raw rusqlite: the statements SqliteStore runs, and the
+/// same key, fingerprint and result encoding, without rerun's runtime.
+pub struct RawSqlite {
+    // A mutex, like SqliteStore's connection pool, so one value can be shared by a thread.
+    conn: Mutex<Connection>,
+    holder: String,
+}
+
+impl RawSqlite {
+    pub fn open(path: &Path) -> RawSqlite {
+        // The schema is SqliteStore's own.
+        drop(SqliteStore::open(path).unwrap_or_else(|e| panic!("{e}")));
+        let conn = Connection::open(path).unwrap_or_else(|e| panic!("{e}"));
+        conn.busy_timeout(std::time::Duration::from_secs(30)).ok();
+        conn.pragma_update(None, "journal_mode", "WAL").ok();
+        conn.pragma_update(None, "synchronous", "NORMAL").ok();
+        RawSqlite {
+            conn: Mutex::new(conn),
+            holder: Holder::current().encode(),
+        }
+    }
+
+    fn read(conn: &Connection, id: &str) -> Option<(String, Vec<u8>, Option<Vec<u8>>)> {
+        let mut s = conn
+            .prepare_cached(
+                "SELECT status, fence, fingerprint, holder, once, boot_id, lease_until, expires_mono, \
+                 expires_wall, result, scope, id FROM rerun_records WHERE scope = ?1 AND id = ?2",
+            )
+            .ok()?;
+        s.query_row(params![SCOPE, id], |r| Ok((r.get(0)?, r.get(2)?, r.get(9)?))).optional().ok()?
+    }
+
+    /// Read; if absent, claim in an immediate transaction, run, and complete.
+    pub fn call(&self, n: u64) -> Receipt {
+        let id = Key::new(SCOPE, &n).id().to_owned();
+        let fp = Fingerprint::of(&order(n)).map(|f| f.0.to_vec()).unwrap_or_default();
+        let c = &*self.conn.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((_, stored, Some(result))) = Self::read(c, &id) {
+            if stored == fp {
+                if let Ok(r) = codec::decode(&result) {
+                    return r;
+                }
+            }
+        }
+        c.execute_batch("BEGIN IMMEDIATE").ok();
+        let _ = Self::read(c, &id);
+        let fence: i64 = c
+            .prepare_cached("UPDATE rerun_meta SET value = value + 1 WHERE name = 'fence' RETURNING value")
+            .and_then(|mut s| s.query_row([], |r| r.get(0)))
+            .unwrap_or(0);
+        c.prepare_cached(
+            "INSERT OR REPLACE INTO rerun_records (scope, id, status, fence, fingerprint, holder, once, \
+             boot_id, lease_until, expires_mono, expires_wall, result) \
+             VALUES (?1, ?2, 'in_progress', ?3, ?4, ?5, ?6, ?7, ?8, 0, 0, NULL)",
+        )
+        .and_then(|mut s| s.execute(params![SCOPE, id, fence, fp, self.holder, false, "boot", 1i64]))
+        .ok();
+        c.execute_batch("COMMIT").ok();
+        let r = receipt(n);
+        let bytes = codec::encode(&r).unwrap_or_default();
+        c.prepare_cached(
+            "UPDATE rerun_records SET status = 'completed', holder = NULL, boot_id = ?4, \
+             expires_mono = ?5, expires_wall = ?6, result = ?7 \
+             WHERE scope = ?1 AND id = ?2 AND fence = ?3 AND status = 'in_progress'",
+        )
+        .and_then(|mut s| s.execute(params![SCOPE, id, fence, "boot", i64::MAX, i64::MAX, bytes]))
+        .ok();
+        r
+    }
+}
+
+/// Keeps the claim request type in use for documentation of what a call sends.
+pub type Request<'a> = ClaimRequest<'a>;
+
+pub fn memory() -> MemoryStore {
+    MemoryStore::new()
+}
