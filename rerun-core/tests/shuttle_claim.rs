@@ -1,6 +1,10 @@
 //! Schedule exploration (reliability 22): shuttle runs concurrent claims of one key on
 //! `MemoryStore` under thousands of interleavings; in every one exactly one claims, the others
 //! see it busy or replay its result, and fences never repeat.
+//!
+//! Runs only in a build with `RUSTFLAGS="--cfg rerun_shuttle"`, which puts MemoryStore on
+//! shuttle's primitives: `RUSTFLAGS="--cfg rerun_shuttle" cargo test -p rerun-core --test shuttle_claim`.
+#![cfg(rerun_shuttle)]
 
 use std::time::Duration;
 

@@ -4,14 +4,14 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-// Under the `shuttle` feature the lock and the fence counter are shuttle's, so a test can
+// Built with `--cfg rerun_shuttle`, the lock and the fence counter are shuttle's, so a test can
 // explore every interleaving of concurrent claims (see tests/shuttle_claim.rs).
-#[cfg(feature = "shuttle")]
+#[cfg(rerun_shuttle)]
 use shuttle::sync::{
     atomic::{AtomicU64, Ordering},
     Mutex, MutexGuard,
 };
-#[cfg(not(feature = "shuttle"))]
+#[cfg(not(rerun_shuttle))]
 use std::sync::{
     atomic::{AtomicU64, Ordering},
     Mutex, MutexGuard,

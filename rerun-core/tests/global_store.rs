@@ -1,0 +1,99 @@
+//! The process-wide store (contract 7): `init`, `RERUN_STORE`, and the SQLite default, each
+//! chosen once and logged once. The global store is set once per process, so every case runs
+//! in a child process of this test binary.
+
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+
+use rerun_core::{Call, Error};
+
+const CASE: &str = "RERUN_GLOBAL_CASE";
+
+/// A `tracing` writer that keeps what was logged.
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+fn child(case: &str) {
+    let logs = Captured::default();
+    let writer = logs.clone();
+    tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .init();
+    let result: Result<String, Error> = (|| {
+        match case {
+            "init-twice" => {
+                rerun_core::init(rerun_core::MemoryStore::new())?;
+                return match rerun_core::init(rerun_core::MemoryStore::new()) {
+                    Err(e @ Error::Config { .. }) => Ok(format!("second init refused: {e}")),
+                    other => Ok(format!("second init: {other:?}")),
+                };
+            }
+            _ => {}
+        }
+        let store = rerun_core::global()?;
+        let again = rerun_core::global()?;
+        let out = Call::new("global", "k").run(store, || Ok::<_, Error>(1u8))?;
+        let replay = Call::new("global", "k").run(again, || Ok::<_, Error>(2u8))?;
+        Ok(format!("{} {} {}", store.describe(), out.value, replay.value))
+    })();
+    let logged = String::from_utf8_lossy(&logs.0.lock().unwrap()).to_string();
+    let chosen = logged.matches("rerun: store chosen").count();
+    match result {
+        Ok(s) => println!("RESULT ok {s} | logged {chosen}"),
+        Err(e) => println!("RESULT err {} {e} | logged {chosen}", e.kind_name()),
+    }
+}
+
+fn run_case(case: &str, store: Option<&str>) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    cmd.args(["global_store_is_chosen_once", "--exact", "--nocapture", "--test-threads=1"])
+        .env(CASE, case)
+        .current_dir(dir.path());
+    match store {
+        Some(url) => cmd.env("RERUN_STORE", url),
+        None => cmd.env_remove("RERUN_STORE"),
+    };
+    let out = cmd.output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let line = text
+        .lines()
+        .find_map(|l| l.find("RESULT ").map(|i| l[i + 7..].to_owned()))
+        .unwrap_or_else(|| panic!("no result from case {case}: {text}"));
+    if case == "default" {
+        assert!(dir.path().join(".rerun/rerun.sqlite3").exists(), "the default file was not created");
+    }
+    line
+}
+
+#[test]
+fn global_store_is_chosen_once() {
+    if let Ok(case) = std::env::var(CASE) {
+        child(&case);
+        return;
+    }
+    let default = run_case("default", None);
+    assert_eq!(default, "ok sqlite:.rerun/rerun.sqlite3 1 1 | logged 1", "{default}");
+    let memory = run_case("env", Some("memory:"));
+    assert_eq!(memory, "ok memory: 1 1 | logged 1");
+    let sqlite = run_case("env", Some("sqlite:state/r.db"));
+    assert_eq!(sqlite, "ok sqlite:state/r.db 1 1 | logged 1");
+    let bad = run_case("env", Some("mongodb://user:hunter2@db/x"));
+    assert!(bad.starts_with("err config"), "{bad}");
+    assert!(bad.contains("mongodb://user:***@db/x") && bad.contains("expected"), "{bad}");
+    assert!(!bad.contains("hunter2"), "the password leaked: {bad}");
+    let twice = run_case("init-twice", None);
+    assert!(twice.starts_with("ok second init refused"), "{twice}");
+    assert!(twice.ends_with("logged 1"), "{twice}");
+}
