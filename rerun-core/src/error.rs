@@ -52,10 +52,18 @@ impl fmt::Display for CorruptKind {
 /// `From<rerun_core::Error>`.
 ///
 /// ```
-/// use rerun_core::{Error, Key};
-/// let err = Error::PayloadMismatch { key: Key::new("billing.charge", "ord_1") };
-/// assert!(!err.is_retryable());
-/// assert!(err.to_string().contains("billing.charge"));
+/// use rerun_core::{Call, Error, MemoryStore};
+/// let store = MemoryStore::new();
+/// Call::new("billing.charge", "ord_1").payload(&500).run(&store, || Ok::<_, Error>(1))?;
+/// let err = Call::new("billing.charge", "ord_1").payload(&900).run(&store, || Ok::<_, Error>(2));
+/// match err {
+///     Err(e @ Error::PayloadMismatch { .. }) => {
+///         assert!(!e.is_retryable());
+///         assert!(e.to_string().contains("billing.charge"));
+///     }
+///     other => panic!("{other:?}"),
+/// }
+/// # Ok::<(), Error>(())
 /// ```
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -66,8 +74,8 @@ pub enum Error {
     InProgress {
         /// The key.
         key: Key,
-        /// Who holds it.
-        holder: Holder,
+        /// Who holds it (boxed: it is the largest field of any variant).
+        holder: Box<Holder>,
         /// How long until the holder's lease runs out, unless it renews it.
         lease_ends_in: Duration,
     },

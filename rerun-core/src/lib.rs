@@ -13,7 +13,7 @@
 //! for _delivery in 0..3 {
 //!     // The same webhook, delivered three times.
 //!     let out = Call::new("welcome_email", "user-42")
-//!         .run(&store, || { emails_sent += 1; Ok::<_, rerun_core::Error>("sent") })?;
+//!         .run(&store, || { emails_sent += 1; Ok::<_, rerun_core::Error>("sent".to_owned()) })?;
 //!     assert_eq!(out.value, "sent");
 //! }
 //! assert_eq!(emails_sent, 1);
@@ -37,7 +37,9 @@ mod global;
 mod handler;
 pub mod holder;
 pub mod key;
+pub mod lock;
 pub mod record;
+mod recover;
 pub mod runtime;
 pub mod store;
 #[cfg(feature = "testing")]
@@ -50,10 +52,13 @@ pub use handler::{AsyncHandle, Handle, Idempotent};
 pub use holder::Holder;
 pub use key::{IntoKey, Key};
 pub use record::{Fence, RecordView, Status};
+pub use recover::{recover, Recovery};
 pub use runtime::{Call, Options, Outcome, Reconciled};
 pub use store::memory::MemoryStore;
 #[cfg(feature = "sqlite")]
 pub use store::sqlite::SqliteStore;
+#[cfg(feature = "postgres")]
+pub use store::postgres::PostgresStore;
 pub use store::{AsyncStore, DynStore, Store};
 
 #[cfg(feature = "macros")]
@@ -130,10 +135,11 @@ pub mod __private {
 
     /// Checks at compile time that a payload argument is serializable, with our message.
     #[diagnostic::on_unimplemented(
-        message = "the argument `{Self}` is part of the payload fingerprint but does not implement `serde::Serialize`",
-        note = "derive `Serialize` for it, or leave it out of the fingerprint with `skip(name)`"
+        message = "this argument is part of the payload fingerprint, but its type `{Self}` does not implement `serde::Serialize`",
+        label = "not `Serialize`: derive it, or leave this argument out of the fingerprint with `skip(…)`",
+        note = "every argument of an #[idempotent] function except the receiver and those in `skip(...)` is fingerprinted: derive `serde::Serialize` for `{Self}`, or write `#[idempotent(key = …, skip(name))]`"
     )]
-    pub trait PayloadArg {}
+    pub trait PayloadArg: Serialize {}
     impl<T: Serialize + ?Sized> PayloadArg for T {}
     /// Spanned on the argument by the macro so the error points there.
     pub fn assert_payload_arg<T: PayloadArg + ?Sized>(_: &T) {}
@@ -141,6 +147,7 @@ pub mod __private {
     /// Checks that an error type can carry rerun's errors.
     #[diagnostic::on_unimplemented(
         message = "the error type `{Self}` of an #[idempotent] function must implement `From<rerun_core::Error>`",
+        label = "`{Self}` has no `From<rerun_core::Error>`",
         note = "add a variant such as `#[error(transparent)] Rerun(#[from] rerun_core::Error)`, or use `rerun_core::Error` as the error type"
     )]
     pub trait FromRerunError: From<Error> {}
@@ -149,9 +156,11 @@ pub mod __private {
     /// Checks that a result type can be recorded and replayed.
     #[diagnostic::on_unimplemented(
         message = "the result type `{Self}` of an #[idempotent] function must implement `Serialize` and `Deserialize`",
+        label = "`{Self}` is recorded and replayed, so it must be `Serialize + DeserializeOwned`",
         note = "it is recorded and replayed: derive `serde::Serialize` and `serde::Deserialize` for it"
     )]
     pub trait Recordable: Serialize + DeserializeOwned {}
+    #[diagnostic::do_not_recommend]
     impl<T: Serialize + DeserializeOwned> Recordable for T {}
 
     /// Runs a sync annotated function.
@@ -210,5 +219,302 @@ pub mod __private {
         call.run_async_reconciled(store, reconcile, body)
             .await
             .map(|o| o.value)
+    }
+
+    /// The payload fingerprint of an annotated function, built one argument at a time.
+    ///
+    /// Each argument is checked on its own (`arg` is spanned on it by the macro), so an argument
+    /// that is not `Serialize` gives one error naming that argument, not a second one about a
+    /// tuple of all of them. The bytes are those of the tuple of references `(&a, &b, …)`, so
+    /// the fingerprint equals `Call::payload(&(&a, &b, …))`, the hand-written equivalent.
+    pub struct Payload {
+        out: Vec<u8>,
+        failed: Option<String>,
+    }
+
+    impl Payload {
+        /// An empty payload (the opening of a tuple).
+        #[inline]
+        #[allow(clippy::new_without_default)]
+        pub fn new() -> Payload {
+            let mut out = Vec::with_capacity(128);
+            out.push(b'[');
+            Payload { out, failed: None }
+        }
+
+        /// Adds one argument.
+        #[inline]
+        pub fn arg<T: PayloadArg + ?Sized>(mut self, value: &T) -> Payload {
+            if self.failed.is_none() {
+                if let Err(e) = crate::fingerprint::canonical_encode(value, &mut self.out) {
+                    self.failed = Some(e.0);
+                }
+            }
+            self
+        }
+
+        /// The fingerprint, or the `Codec` error of an argument whose `Serialize` failed.
+        pub fn finish(mut self, key: impl FnOnce() -> Key) -> Result<Fingerprint, Error> {
+            use sha2::Digest as _;
+            match self.failed {
+                None => {
+                    self.out.push(b']');
+                    Ok(Fingerprint(sha2::Sha256::digest(&self.out).into()))
+                }
+                Some(message) => Err(Error::Codec {
+                    key: key(),
+                    what: "the payload",
+                    message,
+                }),
+            }
+        }
+    }
+
+    /// A payload whose `Serialize` always fails with the recorded message; hands an argument's
+    /// serialization failure to [`Call::payload`], which turns it into `Error::Codec`.
+    struct FailedPayload(String);
+
+    impl Serialize for FailedPayload {
+        fn serialize<S: serde::Serializer>(&self, _: S) -> Result<S::Ok, S::Error> {
+            Err(serde::ser::Error::custom(&self.0))
+        }
+    }
+
+    /// The call of an annotated function whose payload was built with [`Payload`]; `None`
+    /// for a function without payload arguments (the empty fingerprint, as `Call::new`).
+    #[inline]
+    pub fn call_with<K: IntoKey + ?Sized>(
+        scope: &'static str,
+        key: &K,
+        payload: Option<Payload>,
+        options: Options,
+    ) -> Call {
+        let call = Call::new(scope, key).options(options);
+        let Some(payload) = payload else {
+            return call;
+        };
+        // The key is cloned only for the error of a failing `Serialize`.
+        let fingerprint = payload.finish(|| call.key().clone());
+        match fingerprint {
+            Ok(fingerprint) => call.fingerprint(fingerprint),
+            Err(Error::Codec { message, .. }) => call.payload(&FailedPayload(message)),
+            Err(other) => call.payload(&FailedPayload(other.to_string())),
+        }
+    }
+
+    /// The store argument of an annotated function: given (`store = …`) or the global one.
+    #[inline]
+    pub fn given_store<S: ?Sized>(store: &S) -> Result<&S, Error> {
+        Ok(store)
+    }
+
+    /// Runs a sync annotated function on `store` (given, or the global store's result).
+    #[inline]
+    pub fn drive_sync<S, T, E, F>(store: Result<&S, Error>, call: Call, body: F) -> Result<T, E>
+    where
+        S: Store + ?Sized,
+        T: Recordable,
+        E: FromRerunError,
+        F: FnOnce() -> Result<T, E>,
+    {
+        match store {
+            Ok(store) => call.run(store, body).map(|o| o.value),
+            Err(e) => Err(E::from(e)),
+        }
+    }
+
+    /// [`drive_sync`] for a `once` function with a reconcile function.
+    #[inline]
+    pub fn drive_sync_reconciled<S, T, E, R, F>(
+        store: Result<&S, Error>,
+        call: Call,
+        reconcile: R,
+        body: F,
+    ) -> Result<T, E>
+    where
+        S: Store + ?Sized,
+        T: Recordable,
+        E: FromRerunError,
+        R: FnOnce() -> Result<Reconciled<T>, E>,
+        F: FnOnce() -> Result<T, E>,
+    {
+        match store {
+            Ok(store) => call.run_reconciled(store, reconcile, body).map(|o| o.value),
+            Err(e) => Err(E::from(e)),
+        }
+    }
+
+    /// Runs an async annotated function on `store` (given, or the global store's result).
+    #[inline]
+    pub async fn drive_async<S, T, E, F>(
+        store: Result<&S, Error>,
+        call: Call,
+        body: F,
+    ) -> Result<T, E>
+    where
+        S: AsyncStore + ?Sized,
+        T: Recordable,
+        E: FromRerunError,
+        F: Future<Output = Result<T, E>>,
+    {
+        match store {
+            Ok(store) => call.run_async(store, body).await.map(|o| o.value),
+            Err(e) => Err(E::from(e)),
+        }
+    }
+
+    /// [`drive_async`] for a `once` function with a reconcile future.
+    #[inline]
+    pub async fn drive_async_reconciled<S, T, E, R, F>(
+        store: Result<&S, Error>,
+        call: Call,
+        reconcile: R,
+        body: F,
+    ) -> Result<T, E>
+    where
+        S: AsyncStore + ?Sized,
+        T: Recordable,
+        E: FromRerunError,
+        R: Future<Output = Result<Reconciled<T>, E>>,
+        F: Future<Output = Result<T, E>>,
+    {
+        match store {
+            Ok(store) => call
+                .run_async_reconciled(store, reconcile, body)
+                .await
+                .map(|o| o.value),
+            Err(e) => Err(E::from(e)),
+        }
+    }
+
+    /// The arguments of a `once` function with `reconcile`, shared by the reconcile function
+    /// (which borrows them) and the body (which takes them): only one of the two closures can
+    /// hold an argument such as `db: &mut Db` at a time, so they take turns through this slot.
+    pub struct Args<A>(std::sync::Mutex<Option<A>>);
+
+    impl<A> Args<A> {
+        /// Holds the arguments.
+        #[inline]
+        pub fn new(args: A) -> Args<A> {
+            Args(std::sync::Mutex::new(Some(args)))
+        }
+        /// Takes the arguments out (the reconcile function gives them back with `put`).
+        #[inline]
+        pub fn take(&self) -> Result<A, Error> {
+            self.0
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .take()
+                .ok_or_else(|| {
+                    Error::config(
+                        "the arguments of this call were not given back by its reconcile function (it was interrupted); call the function again",
+                    )
+                })
+        }
+        /// Gives the arguments back.
+        #[inline]
+        pub fn put(&self, args: A) {
+            *self.0.lock().unwrap_or_else(|p| p.into_inner()) = Some(args);
+        }
+    }
+
+    /// The key of a handler struct, for the derive.
+    #[inline]
+    pub fn key<K: IntoKey + ?Sized>(scope: &'static str, key: &K) -> Key {
+        Key::new(scope, key)
+    }
+
+    /// The boxed result of a handler struct's `reconcile = path` function, for the derive.
+    #[inline]
+    pub fn boxed_reconcile<T: 'static>(result: T) -> Option<std::boxed::Box<dyn std::any::Any>> {
+        Some(std::boxed::Box::new(result))
+    }
+
+    /// The global store as a sized type. An `async` function's future holds its store across
+    /// `.await`s; with the store as a trait object (`&dyn DynStore`) the compiler cannot prove
+    /// that future `Send`, with this wrapper it can, so annotated async functions on the global
+    /// store can be spawned.
+    pub struct GlobalStore(&'static dyn DynStore);
+
+    static GLOBAL_SIZED: std::sync::OnceLock<GlobalStore> = std::sync::OnceLock::new();
+
+    /// The global store (see `rerun_core::global`), for functions without `store = …`.
+    #[inline]
+    pub fn global() -> Result<&'static GlobalStore, Error> {
+        if let Some(store) = GLOBAL_SIZED.get() {
+            return Ok(store);
+        }
+        let store = crate::global()?;
+        Ok(GLOBAL_SIZED.get_or_init(|| GlobalStore(store)))
+    }
+
+    mod global_store_impl {
+        use std::sync::Arc;
+        use std::time::Duration;
+
+        use super::GlobalStore;
+        use crate::error::Error;
+        use crate::key::Key;
+        use crate::record::{Claim, ClaimRequest, ClaimResponse, RecordView};
+        use crate::store::{AsyncStore, ScanPage, Store, StoreFuture};
+
+        impl Store for GlobalStore {
+            fn claim(&self, req: &ClaimRequest<'_>) -> Result<ClaimResponse, Error> {
+                self.0.claim(req)
+            }
+            fn complete(&self, claim: &Claim, result: &[u8], ttl: Duration) -> Result<(), Error> {
+                self.0.complete(claim, result, ttl)
+            }
+            fn release(&self, claim: &Claim) -> Result<(), Error> {
+                self.0.release(claim)
+            }
+            fn renew(&self, claim: &Claim, lease: Duration) -> Result<(), Error> {
+                self.0.renew(claim, lease)
+            }
+            fn mark_unknown(&self, claim: &Claim) -> Result<(), Error> {
+                self.0.mark_unknown(claim)
+            }
+            fn forget(&self, key: &Key) -> Result<bool, Error> {
+                self.0.forget(key)
+            }
+            fn inspect(&self, key: &Key) -> Result<Option<RecordView>, Error> {
+                self.0.inspect(key)
+            }
+            fn scan(&self, cursor: Option<&str>, limit: usize) -> Result<ScanPage, Error> {
+                self.0.scan(cursor, limit)
+            }
+            fn purge_expired(&self, limit: usize) -> Result<u64, Error> {
+                self.0.purge_expired(limit)
+            }
+            fn shared(&self) -> Arc<dyn Store> {
+                self.0.shared()
+            }
+            fn describe(&self) -> String {
+                self.0.describe()
+            }
+        }
+
+        impl AsyncStore for GlobalStore {
+            fn claim_async<'a>(
+                &'a self,
+                req: &'a ClaimRequest<'a>,
+            ) -> StoreFuture<'a, ClaimResponse> {
+                self.0.claim_async(req)
+            }
+            fn complete_async<'a>(
+                &'a self,
+                claim: &'a Claim,
+                result: &'a [u8],
+                ttl: Duration,
+            ) -> StoreFuture<'a, ()> {
+                self.0.complete_async(claim, result, ttl)
+            }
+            fn release_async<'a>(&'a self, claim: &'a Claim) -> StoreFuture<'a, ()> {
+                self.0.release_async(claim)
+            }
+            fn mark_unknown_async<'a>(&'a self, claim: &'a Claim) -> StoreFuture<'a, ()> {
+                self.0.mark_unknown_async(claim)
+            }
+        }
     }
 }

@@ -39,11 +39,16 @@ struct State {
     next_id: u64,
     /// When the thread will wake next on its own; `None` while it waits for work.
     wake_at: Option<Instant>,
+    /// Jobs submitted and jobs run, for [`Keeper::settle`].
+    submitted: u64,
+    finished: u64,
 }
 
 pub(crate) struct Keeper {
     state: Mutex<State>,
     cv: Condvar,
+    /// Signalled when jobs finish (apart from `cv`, which wakes the keeper thread).
+    settled: Condvar,
 }
 
 /// The process's keeper, started on first use.
@@ -53,6 +58,7 @@ pub(crate) fn keeper() -> &'static Keeper {
         let keeper: &'static Keeper = Box::leak(Box::new(Keeper {
             state: Mutex::new(State::default()),
             cv: Condvar::new(),
+            settled: Condvar::new(),
         }));
         let spawned = std::thread::Builder::new()
             .name("rerun-lease-keeper".into())
@@ -109,8 +115,31 @@ impl Keeper {
     pub(crate) fn submit(&self, job: Job) {
         let mut state = self.lock();
         state.jobs.push(job);
+        state.submitted += 1;
         state.wake_at = Some(Instant::now());
         self.cv.notify_one();
+    }
+
+    /// Waits up to `timeout` until every job submitted so far has run (the claims of dropped
+    /// or panicked async calls are given back); returns whether they all did. The safe-to-rerun
+    /// harness reruns an operation only after the crashed run's claim was given back.
+    #[cfg_attr(not(feature = "testing"), allow(dead_code))]
+    pub(crate) fn settle(&self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        let mut state = self.lock();
+        let target = state.submitted;
+        while state.finished < target {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            state = self
+                .settled
+                .wait_timeout(state, left)
+                .map(|(g, _)| g)
+                .unwrap_or_else(|p| p.into_inner().0);
+        }
+        true
     }
 
     fn run(&self) {
@@ -137,6 +166,7 @@ impl Keeper {
             if !(jobs.is_empty() && due.is_empty() && woken.is_empty()) {
                 drop(state);
                 woken.into_iter().for_each(Waker::wake);
+                let ran = jobs.len() as u64;
                 for job in jobs {
                     run_job(job);
                 }
@@ -145,6 +175,10 @@ impl Keeper {
                     .map(|(id, store, claim, lease)| (id, store.renew(&claim, lease), lease))
                     .collect();
                 state = self.lock();
+                if ran > 0 {
+                    state.finished += ran;
+                    self.settled.notify_all();
+                }
                 let now = Instant::now();
                 for (id, result, lease) in results {
                     match result {

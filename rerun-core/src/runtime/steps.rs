@@ -184,7 +184,7 @@ impl<'k> Attempt<'k> {
                     }
                     _ => Step::Done(Err(Error::InProgress {
                         key: self.key.clone(),
-                        holder: busy.holder,
+                        holder: Box::new(busy.holder),
                         lease_ends_in: busy.lease_remaining,
                     })),
                 }
@@ -371,7 +371,11 @@ where
     }
 
     checkpoint::hit(Point::BodyStarted);
+    // A sync body runs inside this poll, on this thread, so it can learn its fence.
+    let in_body =
+        (!B::GIVE_BACK_IN_BACKGROUND).then(|| checkpoint::InBody::enter(held.claim.fence));
     let result = body().await;
+    drop(in_body);
     checkpoint::hit(Point::BodyReturned);
     match result {
         Ok(value) => Ok(record(backend, &mut held, value, ttl).await?),

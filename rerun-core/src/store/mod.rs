@@ -41,7 +41,7 @@ pub struct ScanPage {
 /// Implementations must be atomic per call and must decide leases and expiry on one clock: the
 /// server's, or a monotonic clock of the one host that shares the store — never the caller's wall
 /// clock.
-pub trait Store: Send + Sync + 'static {
+pub trait Store: Send + Sync {
     /// Claim-or-fetch, in one atomic step: see [`crate::record::decide`] for the table.
     fn claim(&self, req: &ClaimRequest<'_>) -> Result<ClaimResponse, Error>;
     /// Records the result of a claim and ends it; kept for `ttl`. Fenced.

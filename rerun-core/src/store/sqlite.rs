@@ -61,7 +61,7 @@ const COLUMNS: &str = "status, fence, fingerprint, holder, once, boot_id, lease_
 /// use rerun_core::{Call, SqliteStore};
 /// let dir = tempfile::tempdir().unwrap();
 /// let store = SqliteStore::open(dir.path().join("rerun.sqlite3"))?;
-/// let out = Call::new("demo", &1u64).run(&store, || Ok::<_, rerun_core::Error>("done"))?;
+/// let out = Call::new("demo", &1u64).run(&store, || Ok::<_, rerun_core::Error>(String::from("done")))?;
 /// assert!(!out.replayed);
 /// # Ok::<(), rerun_core::Error>(())
 /// ```
@@ -111,12 +111,35 @@ impl Default for SqliteOptions {
     }
 }
 
-fn sql_err(key: Option<&Key>, what: &str, e: rusqlite::Error) -> Error {
-    let busy = matches!(
+fn is_busy(e: &rusqlite::Error) -> bool {
+    matches!(
         e.sqlite_error_code(),
         Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
-    );
-    let message = if busy {
+    )
+}
+
+/// Retries `op` while SQLite reports the database busy, up to `timeout`. Switching a new file to
+/// WAL needs an exclusive lock and may fail at once with `SQLITE_BUSY` without consulting the
+/// busy handler when several processes open the file together.
+fn retry_busy<T>(
+    timeout: Duration,
+    mut op: impl FnMut() -> rusqlite::Result<T>,
+) -> rusqlite::Result<T> {
+    let deadline = std::time::Instant::now() + timeout;
+    let mut pause = Duration::from_millis(1);
+    loop {
+        match op() {
+            Err(e) if is_busy(&e) && std::time::Instant::now() < deadline => {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_millis(50));
+            }
+            other => return other,
+        }
+    }
+}
+
+fn sql_err(key: Option<&Key>, what: &str, e: rusqlite::Error) -> Error {
+    let message = if is_busy(&e) {
         format!("{what}: the database stayed locked by another writer past the busy timeout")
     } else {
         format!("{what}: {e}")
@@ -163,8 +186,10 @@ impl SqliteStore {
         conn.busy_timeout(self.inner.busy_timeout)
             .map_err(|e| sql_err(None, &what, e))?;
         // WAL lets readers (every replay) run beside the one writer.
-        conn.pragma_update(None, "journal_mode", "WAL")
-            .map_err(|e| sql_err(None, &what, e))?;
+        retry_busy(self.inner.busy_timeout, || {
+            conn.pragma_update(None, "journal_mode", "WAL")
+        })
+        .map_err(|e| sql_err(None, &what, e))?;
         conn.pragma_update(None, "synchronous", "NORMAL")
             .map_err(|e| sql_err(None, &what, e))?;
         Ok(conn)
@@ -174,11 +199,13 @@ impl SqliteStore {
     /// opening a new file at once create it exactly once; refuses a newer schema.
     fn migrate(&self, conn: &Connection) -> Result<(), Error> {
         let what = "creating the rerun schema";
-        conn.execute_batch(&format!("BEGIN IMMEDIATE;{SCHEMA}COMMIT;"))
-            .map_err(|e| {
-                let _ = conn.execute_batch("ROLLBACK");
-                sql_err(None, what, e)
-            })?;
+        retry_busy(self.inner.busy_timeout, || {
+            conn.execute_batch(&format!("BEGIN IMMEDIATE;{SCHEMA}COMMIT;"))
+                .inspect_err(|_| {
+                    let _ = conn.execute_batch("ROLLBACK");
+                })
+        })
+        .map_err(|e| sql_err(None, what, e))?;
         let version: i64 = conn
             .query_row(
                 "SELECT value FROM rerun_meta WHERE name = 'schema_version'",

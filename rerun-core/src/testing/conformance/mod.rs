@@ -44,7 +44,7 @@ use crate::store::DynStore;
 /// Makes fresh, isolated stores for the suite, and reopens them in child processes.
 pub trait Factory: Send + Sync + 'static {
     /// The store under test.
-    type Store: DynStore;
+    type Store: DynStore + 'static;
     /// A short name for reports (`"sqlite"`).
     fn name(&self) -> &str;
     /// A store with no records, isolated from every other fresh store (its own file, table or

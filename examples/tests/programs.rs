@@ -1,0 +1,71 @@
+//! Every example program exits 0 and tells the same story each time it runs.
+
+use std::process::Command;
+
+fn run(bin: &str) -> String {
+    let out = Command::new(bin).output().expect("the example starts");
+    assert!(
+        out.status.success(),
+        "{bin} failed: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn deterministic(bin: &str) -> String {
+    let first = run(bin);
+    assert_eq!(
+        first,
+        run(bin),
+        "{bin} printed something else on its second run"
+    );
+    first
+}
+
+#[test]
+fn quickstart() {
+    let out = deterministic(env!("CARGO_BIN_EXE_quickstart"));
+    assert!(out.contains("emails in ada's inbox: 1"), "{out}");
+    assert!(out.contains("charges the bank made: 1"), "{out}");
+    assert!(out.contains("refused:"), "{out}");
+}
+
+#[test]
+fn webhook() {
+    let out = deterministic(env!("CARGO_BIN_EXE_webhook"));
+    assert!(
+        out.contains("final balance of cus_ada: 3000 cents"),
+        "{out}"
+    );
+    assert!(out.contains("-> 409"), "{out}");
+}
+
+#[test]
+fn payment() {
+    let out = deterministic(env!("CARGO_BIN_EXE_payment"));
+    assert_eq!(
+        out.matches("the card was charged 1 time(s)").count(),
+        3,
+        "{out}"
+    );
+}
+
+#[test]
+fn worker() {
+    let out = deterministic(env!("CARGO_BIN_EXE_worker"));
+    assert!(out.contains("worker 1 died halfway"), "{out}");
+    assert!(
+        out.contains("job 3: invoice #3 sent to alan (already sent before: replayed)"),
+        "{out}"
+    );
+    for job in 1..=6 {
+        assert!(out.contains(&format!("  job {job}: 1\n")), "{out}");
+    }
+}
+
+#[test]
+fn startup() {
+    let out = deterministic(env!("CARGO_BIN_EXE_startup"));
+    assert!(out.contains("the migration ran 1 time(s) in all"), "{out}");
+}

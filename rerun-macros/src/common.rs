@@ -1,0 +1,363 @@
+//! What the three macros share: the one path to the runtime, error collection, the argument
+//! grammar `name`, `name = value`, `name(a, b)`, and compile-time durations.
+
+use proc_macro2::{Span, TokenStream};
+use quote::{quote, ToTokens};
+use syn::ext::IdentExt as _;
+use syn::parse::{ParseStream, Parser as _};
+use syn::punctuated::Punctuated;
+use syn::{Attribute, Error, Expr, ExprPath, Ident, LitStr, Path, Token};
+
+/// The one place generated code names the runtime: `::rerun_core::__private`, or
+/// `<crate = path>::__private` for a renamed dependency.
+pub fn runtime(krate: Option<&Path>) -> TokenStream {
+    match krate {
+        Some(path) => quote!(#path::__private),
+        None => quote!(::rerun_core::__private),
+    }
+}
+
+/// A local of generated code. `mixed_site` hygiene keeps it out of reach of the user's body,
+/// and keeps the user's own names from shadowing it.
+pub fn local(name: &str) -> Ident {
+    Ident::new(name, Span::mixed_site())
+}
+
+/// Every error of one item, reported together.
+#[derive(Default)]
+pub struct Errors(Vec<Error>);
+
+impl Errors {
+    pub fn push(&mut self, error: Error) {
+        self.0.push(error);
+    }
+    pub fn spanned(&mut self, tokens: impl ToTokens, message: impl std::fmt::Display) {
+        self.0.push(Error::new_spanned(tokens, message));
+    }
+    pub fn at(&mut self, span: Span, message: impl std::fmt::Display) {
+        self.0.push(Error::new(span, message));
+    }
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+    pub fn to_compile_errors(&self) -> TokenStream {
+        self.0.iter().map(Error::to_compile_error).collect()
+    }
+}
+
+/// What an argument name takes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// `once`
+    Flag,
+    /// `key = order.id`
+    Expr,
+    /// `reconcile = check_charge`
+    Path,
+    /// `crate = ::rerun_core` (a module path)
+    ModPath,
+    /// `ttl = "24h"`
+    Str,
+    /// `skip(db, clock)`
+    List,
+}
+
+/// One known argument: its name, what it takes, and how it is written (for messages).
+pub struct Known {
+    pub name: &'static str,
+    pub kind: Kind,
+    pub example: &'static str,
+}
+
+/// A parsed argument value.
+pub enum Value {
+    Flag,
+    Expr(Box<Expr>),
+    Path(Box<ExprPath>),
+    ModPath(Path),
+    Str(LitStr),
+    List(Vec<Ident>),
+}
+
+pub struct Arg {
+    pub name: Ident,
+    pub value: Value,
+}
+
+/// Parses `a, b = x, c(y, z)` against `known`. Unknown and malformed arguments are reported
+/// into `errors` and skipped, so that one build shows every mistake; only tokens that cannot
+/// be skipped at all end the parse.
+pub fn parse_args(
+    input: ParseStream,
+    what: &str,
+    known: &[Known],
+    errors: &mut Errors,
+) -> syn::Result<Vec<Arg>> {
+    let mut args = Vec::new();
+    while !input.is_empty() {
+        let name = Ident::parse_any(input)?;
+        let spelled = name.to_string();
+        match known.iter().find(|k| k.name == spelled) {
+            Some(k) => {
+                if let Some(value) = parse_value(input, &name, k, errors)? {
+                    args.push(Arg { name, value });
+                }
+            }
+            None => {
+                errors.spanned(&name, unknown_message(&spelled, what, known));
+                skip_value(input)?;
+            }
+        }
+        if input.is_empty() {
+            break;
+        }
+        if !input.peek(Token![,]) {
+            return Err(input.error(format!(
+                "expected `,` between the arguments of `{what}`, as in `{}`",
+                examples(known, 2)
+            )));
+        }
+        input.parse::<Token![,]>()?;
+    }
+    Ok(args)
+}
+
+/// Parses the arguments of a helper attribute such as `#[rerun(key)]`.
+pub fn parse_attr_args(
+    attr: &Attribute,
+    what: &str,
+    known: &[Known],
+    errors: &mut Errors,
+) -> Vec<Arg> {
+    let parser = |input: ParseStream| parse_args(input, what, known, errors);
+    let tokens = match &attr.meta {
+        syn::Meta::List(list) => list.tokens.clone(),
+        syn::Meta::Path(path) => {
+            let first = known.first().map(|k| k.example).unwrap_or("key");
+            errors.spanned(
+                path,
+                format!("`{what}` needs an argument in parentheses, such as `{what}({first})`"),
+            );
+            return Vec::new();
+        }
+        syn::Meta::NameValue(nv) => {
+            let first = known.first().map(|k| k.example).unwrap_or("key");
+            errors.spanned(
+                nv,
+                format!("`{what}` takes its arguments in parentheses, such as `{what}({first})`"),
+            );
+            return Vec::new();
+        }
+    };
+    match parser.parse2(tokens) {
+        Ok(args) => args,
+        Err(e) => {
+            errors.push(e);
+            Vec::new()
+        }
+    }
+}
+
+fn parse_value(
+    input: ParseStream,
+    name: &Ident,
+    known: &Known,
+    errors: &mut Errors,
+) -> syn::Result<Option<Value>> {
+    let example = known.example;
+    if known.kind == Kind::Flag {
+        if input.peek(Token![=]) || input.peek(syn::token::Paren) {
+            errors.spanned(
+                name,
+                format!("`{name}` is a flag and takes no value: write just `{example}`"),
+            );
+            skip_value(input)?;
+            return Ok(None);
+        }
+        return Ok(Some(Value::Flag));
+    }
+    if known.kind == Kind::List {
+        if !input.peek(syn::token::Paren) {
+            errors.spanned(
+                name,
+                format!("`{name}` takes a list of argument names: `{example}`"),
+            );
+            skip_value(input)?;
+            return Ok(None);
+        }
+        let content;
+        syn::parenthesized!(content in input);
+        let names =
+            Punctuated::<Ident, Token![,]>::parse_terminated_with(&content, Ident::parse_any)?;
+        return Ok(Some(Value::List(names.into_iter().collect())));
+    }
+    if !input.peek(Token![=]) {
+        errors.spanned(name, format!("`{name}` needs a value: `{example}`"));
+        skip_value(input)?;
+        return Ok(None);
+    }
+    input.parse::<Token![=]>()?;
+    Ok(Some(match known.kind {
+        Kind::Expr => Value::Expr(Box::new(input.parse()?)),
+        Kind::Path => Value::Path(Box::new(input.parse()?)),
+        Kind::ModPath => Value::ModPath(Path::parse_mod_style(input)?),
+        Kind::Str => {
+            if input.peek(LitStr) {
+                Value::Str(input.parse()?)
+            } else {
+                let other: Expr = input.parse()?;
+                errors.spanned(&other, format!("`{name}` takes a string: `{example}`"));
+                return Ok(None);
+            }
+        }
+        Kind::Flag | Kind::List => return Ok(None),
+    }))
+}
+
+/// Skips what follows an argument name up to the next top-level comma.
+fn skip_value(input: ParseStream) -> syn::Result<()> {
+    if input.peek(Token![=]) {
+        input.parse::<Token![=]>()?;
+        input.parse::<Expr>()?;
+    } else if input.peek(syn::token::Paren) {
+        let _content;
+        syn::parenthesized!(_content in input);
+    }
+    Ok(())
+}
+
+fn examples(known: &[Known], n: usize) -> String {
+    known
+        .iter()
+        .take(n)
+        .map(|k| k.example)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn unknown_message(spelled: &str, what: &str, known: &[Known]) -> String {
+    let closest = known
+        .iter()
+        .map(|k| (distance(spelled, k.name), k))
+        .filter(|(d, _)| *d <= 2)
+        .min_by_key(|(d, _)| *d);
+    match closest {
+        Some((_, k)) => format!(
+            "`{spelled}` is not an argument of `{what}`; did you mean `{}`?",
+            k.example
+        ),
+        None => format!(
+            "`{spelled}` is not an argument of `{what}`; use one of {}",
+            known
+                .iter()
+                .map(|k| format!("`{}`", k.example))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    }
+}
+
+/// Levenshtein distance, for "did you mean" suggestions.
+fn distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut prev = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let cur = row[j + 1];
+            row[j + 1] = if ca == *cb {
+                prev
+            } else {
+                1 + prev.min(cur).min(row[j])
+            };
+            prev = cur;
+        }
+    }
+    row[b.len()]
+}
+
+/// Reports a second occurrence of an argument; returns whether it was the first.
+pub fn first_time(
+    seen: &mut Vec<String>,
+    name: &Ident,
+    example: &str,
+    errors: &mut Errors,
+) -> bool {
+    let spelled = name.to_string();
+    if seen.contains(&spelled) {
+        errors.spanned(
+            name,
+            format!("`{spelled}` is given twice; keep one `{example}` and remove this one"),
+        );
+        false
+    } else {
+        seen.push(spelled);
+        true
+    }
+}
+
+/// A duration argument in milliseconds, parsed at compile time.
+pub struct Millis {
+    pub ms: u64,
+}
+
+/// Parses a humantime duration (`"24h"`, `"30s"`, `"7d"`, `"1h 30m"`) at compile time.
+pub fn duration(lit: &LitStr, name: &str) -> Result<Millis, Error> {
+    let text = lit.value();
+    let parsed = humantime::parse_duration(text.trim()).map_err(|e| {
+        Error::new(
+            lit.span(),
+            format!(
+                "`{name} = {:?}` is not a duration ({e}); write it like `{name} = \"30s\"`, `\"24h\"` or `\"7d\"`",
+                text
+            ),
+        )
+    })?;
+    let ms = u64::try_from(parsed.as_millis()).map_err(|_| {
+        Error::new(
+            lit.span(),
+            format!("`{name} = {text:?}` is too long; use at most a few centuries, e.g. `{name} = \"365d\"`"),
+        )
+    })?;
+    if name == "lease" && ms == 0 {
+        return Err(Error::new(
+            lit.span(),
+            format!("`lease = {text:?}` would expire every claim at once; give it at least a second, e.g. `lease = \"30s\"`"),
+        ));
+    }
+    Ok(Millis { ms })
+}
+
+/// Nests `items` into tuples of at most `max` elements (serde and `IntoKey` implement tuples up
+/// to a fixed length).
+pub fn tuple(items: &[TokenStream], max: usize) -> TokenStream {
+    if items.len() <= max {
+        return quote!((#(#items,)*));
+    }
+    let chunks: Vec<TokenStream> = items.chunks(max).map(|c| tuple(c, max)).collect();
+    tuple(&chunks, max)
+}
+
+/// The last segment of an attribute's path: `idempotent` for `#[rerun_core::idempotent(...)]`.
+pub fn attr_name(attr: &Attribute) -> Option<String> {
+    attr.path().segments.last().map(|s| s.ident.to_string())
+}
+
+/// `tokens` with every span set to `span`: generated code whose trait-bound errors should point
+/// at the user's tokens (the return type, an argument) instead of at the attribute.
+pub fn respan(tokens: TokenStream, span: Span) -> TokenStream {
+    tokens
+        .into_iter()
+        .map(|mut t| {
+            if let proc_macro2::TokenTree::Group(g) = &t {
+                let mut group = proc_macro2::Group::new(g.delimiter(), respan(g.stream(), span));
+                group.set_span(span);
+                t = group.into();
+            } else {
+                t.set_span(span);
+            }
+            t
+        })
+        .collect()
+}

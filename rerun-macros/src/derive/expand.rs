@@ -1,0 +1,184 @@
+//! Code generation for `#[derive(Idempotent)]`: an `impl Idempotent` whose key is the scope and
+//! the `#[rerun(key)]` fields, and whose fingerprint covers the fields not marked `skip`.
+
+use proc_macro2::{Span, TokenStream};
+use quote::{format_ident, quote, quote_spanned};
+use syn::{DeriveInput, Member};
+
+use super::attr::{Model, Variant};
+use crate::common::{respan, runtime, tuple};
+
+/// `IntoKey` is implemented for tuples of up to eight parts.
+const KEY_TUPLE: usize = 8;
+
+pub fn expand(input: &DeriveInput, model: &Model) -> TokenStream {
+    let rt = runtime(model.container.krate.as_ref());
+    let name = &input.ident;
+    let (impl_generics, ty_generics, where_clause) = input.generics.split_for_impl();
+    let scope = match &model.container.scope {
+        Some(lit) => quote!(#lit),
+        None => {
+            let name = format!("::{name}");
+            quote!(::core::concat!(::core::module_path!(), #name))
+        }
+    };
+
+    let (key_body, fingerprint_body) = if model.is_enum {
+        let key_arms = model
+            .variants
+            .iter()
+            .map(|v| arm(v, |b| key_of(&rt, &scope, v, b)));
+        let fp_arms = model
+            .variants
+            .iter()
+            .map(|v| arm(v, |b| payload_of(&rt, v, b)));
+        (
+            quote!(match self { #(#key_arms)* }),
+            quote!(match self { #(#fp_arms)* }),
+        )
+    } else {
+        let v = &model.variants[0];
+        let bindings = self_fields(v);
+        (
+            key_of(&rt, &scope, v, &bindings),
+            payload_of(&rt, v, &bindings),
+        )
+    };
+
+    let c = &model.container;
+    let ttl = c.ttl.as_ref().map_or(24 * 3600 * 1000, |m| m.ms);
+    let lease = c.lease.as_ref().map_or(30_000, |m| m.ms);
+    let wait = match &c.wait {
+        Some(m) => {
+            let ms = m.ms;
+            quote!(::core::option::Option::Some(#ms))
+        }
+        None => quote!(::core::option::Option::None),
+    };
+    let once = c.once.is_some();
+    let reconcile = c.reconcile.as_ref().map(|(_, path)| {
+        // Spanned on the path: a function of the wrong shape is reported there.
+        let check = respan(
+            quote!(let result: ::core::result::Result<#rt::Reconciled<_>, _> = #path(self);),
+            syn::spanned::Spanned::span(path),
+        );
+        quote! {
+            fn __reconcile(&self) -> ::core::option::Option<::std::boxed::Box<dyn ::core::any::Any>> {
+                // The shape is checked here, at compile time: `fn(&Self) -> Result<Reconciled<_>, _>`.
+                #check
+                #rt::boxed_reconcile(result)
+            }
+        }
+    });
+
+    quote! {
+        const _: () = {
+            #[automatically_derived]
+            impl #impl_generics #rt::Idempotent for #name #ty_generics #where_clause {
+                fn idempotency_key(&self) -> #rt::Key {
+                    #key_body
+                }
+                fn fingerprint(&self) -> ::core::result::Result<#rt::Fingerprint, #rt::Error> {
+                    #fingerprint_body
+                }
+                fn options(&self) -> #rt::Options {
+                    const __RERUN_OPTIONS: #rt::Options = #rt::options(#ttl, #lease, #wait, #once);
+                    __RERUN_OPTIONS
+                }
+                #reconcile
+            }
+        };
+    }
+}
+
+/// After an error: an impl whose bodies are never compiled into a program (the build fails on
+/// the error), so that uses of the trait do not add a cascade of errors.
+pub fn stub(input: &DeriveInput, krate: Option<&syn::Path>) -> TokenStream {
+    let rt = runtime(krate);
+    let name = &input.ident;
+    let (impl_generics, ty_generics, where_clause) = input.generics.split_for_impl();
+    quote! {
+        const _: () = {
+            impl #impl_generics #rt::Idempotent for #name #ty_generics #where_clause {
+                fn idempotency_key(&self) -> #rt::Key { ::core::unreachable!() }
+                fn fingerprint(&self) -> ::core::result::Result<#rt::Fingerprint, #rt::Error> { ::core::unreachable!() }
+                fn options(&self) -> #rt::Options { ::core::unreachable!() }
+            }
+        };
+    }
+}
+
+/// How each field is reached: `&self.name` in a struct, a binding in an enum's match arm.
+fn self_fields(v: &Variant) -> Vec<TokenStream> {
+    v.fields
+        .iter()
+        .map(|f| {
+            let m = &f.member;
+            quote_spanned!(f.span=> &self.#m)
+        })
+        .collect()
+}
+
+fn arm(v: &Variant, body: impl FnOnce(&[TokenStream]) -> TokenStream) -> TokenStream {
+    let ident = v.ident.as_ref();
+    let bindings: Vec<syn::Ident> = (0..v.fields.len())
+        .map(|i| format_ident!("__rerun_f{}", i, span = Span::mixed_site()))
+        .collect();
+    let members: Vec<&Member> = v.fields.iter().map(|f| &f.member).collect();
+    let pattern = if v.named {
+        quote!(Self::#ident { #(#members: #bindings),* })
+    } else if v.fields.is_empty() {
+        quote!(Self::#ident)
+    } else {
+        quote!(Self::#ident(#(#bindings),*))
+    };
+    let refs: Vec<TokenStream> = bindings.iter().map(|b| quote!(#b)).collect();
+    let body = body(&refs);
+    quote!(#pattern => { #body })
+}
+
+fn key_of(
+    rt: &TokenStream,
+    scope: &TokenStream,
+    v: &Variant,
+    fields: &[TokenStream],
+) -> TokenStream {
+    let mut parts: Vec<TokenStream> = v
+        .fields
+        .iter()
+        .zip(fields)
+        .filter(|(f, _)| f.key)
+        .map(|(f, access)| quote_spanned!(f.span=> #access))
+        .collect();
+    if let Some(ident) = &v.ident {
+        // A variant's name is part of its key: `Paid { id: 1 }` and `Refunded { id: 1 }` are
+        // two events.
+        let name = ident.to_string();
+        parts.insert(0, quote!(#name));
+    }
+    let key = match parts.as_slice() {
+        [one] => one.clone(),
+        _ => {
+            let t = tuple(&parts, KEY_TUPLE);
+            quote!(&#t)
+        }
+    };
+    quote!(#rt::key(#scope, #key))
+}
+
+fn payload_of(rt: &TokenStream, v: &Variant, fields: &[TokenStream]) -> TokenStream {
+    let variant = v.ident.as_ref().map(|i| {
+        let name = i.to_string();
+        quote!(.arg(#name))
+    });
+    let args = v
+        .fields
+        .iter()
+        .zip(fields)
+        .filter(|(f, _)| !f.skip)
+        .map(|(f, access)| quote_spanned!(f.span=> .arg(#access)));
+    quote! {
+        #rt::Payload::new() #variant #(#args)*
+            .finish(|| #rt::Idempotent::idempotency_key(self))
+    }
+}

@@ -1,0 +1,240 @@
+//! Code generation for `#[idempotent]`: the signature is kept, the body becomes one call of
+//! the runtime (`__private::drive_*`) with the key, the payload fingerprint, the options and the
+//! original body (a closure for sync functions, an `async` block for async ones).
+
+use proc_macro2::TokenStream;
+use quote::{quote, quote_spanned, ToTokens};
+use syn::spanned::Spanned as _;
+
+use super::args::Args;
+use super::item::{self, FnItem};
+use super::validate::{Plan, ReceiverUse, Reconcile, Shape};
+use crate::common::{local, respan, runtime};
+
+/// Default ttl and lease, as in `rerun_core::Options::new()`.
+const DEFAULT_TTL_MS: u64 = 24 * 3600 * 1000;
+const DEFAULT_LEASE_MS: u64 = 30 * 1000;
+
+pub fn expand(args: &Args, item: &FnItem, plan: &Plan) -> TokenStream {
+    let rt = runtime(args.krate.as_ref());
+    let call = local("__rerun_call");
+    let given = local("__rerun_given");
+    let body = match &item.body {
+        Some(body) => body,
+        None => return item.to_tokens_with(None),
+    };
+
+    let call_stmt = {
+        let scope = scope(args, item);
+        let key = plan.key;
+        let key = quote_spanned!(key.span()=> &(#key));
+        let payload = payload(&rt, plan);
+        let options = options(&rt, args);
+        quote!(let #call = #rt::call_with(#scope, #key, #payload, #options);)
+    };
+    // `let` keeps a temporary store (`store = &self.store.clone()`) alive for the whole call.
+    let (store_stmt, store_arg) = match &args.store {
+        Some(store) => (
+            quote!(let #given = #store;),
+            quote_spanned!(store.span()=> #rt::given_store(#given)),
+        ),
+        None => (TokenStream::new(), quote!(#rt::global())),
+    };
+    let reconcile = plan.reconcile.as_ref().map(|r| Reconciling::new(&rt, r));
+    let slot_stmt = reconcile.as_ref().map(|r| r.slot_stmt.clone());
+    let rebind = reconcile.as_ref().map(|r| r.rebind.clone());
+    let is_async = !matches!(plan.shape, Shape::Sync);
+
+    // The body, as a closure or a future that the runtime starts only if this call claims the key.
+    let user_body = match &plan.shape {
+        Shape::Sync => {
+            let ret = item::erase_impl_trait(plan.ret);
+            let stmts = &body.stmts;
+            quote!(|| -> #ret { #rebind #(#stmts)* })
+        }
+        Shape::Async => {
+            let ret = item::erase_impl_trait(plan.ret);
+            let stmts = &body.stmts;
+            let fake = local("__rerun_ret");
+            // A return that is never taken, at the declared type: it pins the block's output so
+            // that `?` and `Ok(…)` in the body infer as they do in the function.
+            quote!(async {
+                if let ::core::option::Option::Some(#fake) = ::core::option::Option::None::<#ret> {
+                    return #fake;
+                }
+                #rebind
+                #(#stmts)*
+            })
+        }
+        Shape::AsyncTrait(block) => {
+            // `#[async_trait]` already pinned the output type inside its block.
+            let stmts = &block.block.stmts;
+            quote!(async { #rebind #(#stmts)* })
+        }
+    };
+
+    let ret_span = plan.ret.span();
+    // Spanned on the return type: "`Receipt` must implement `Serialize`" and "`PayError` must
+    // implement `From<rerun_core::Error>`" point there.
+    let drive = respan(
+        match (&reconcile, is_async) {
+            (None, false) => quote!(#rt::drive_sync),
+            (None, true) => quote!(#rt::drive_async),
+            (Some(_), false) => quote!(#rt::drive_sync_reconciled),
+            (Some(_), true) => quote!(#rt::drive_async_reconciled),
+        },
+        ret_span,
+    );
+    let reconcile_arg = reconcile.as_ref().map(|r| {
+        let f = if is_async { &r.future } else { &r.closure };
+        quote!(#f,)
+    });
+    let await_ = is_async.then(|| quote!(.await));
+    // The call's parentheses carry the span too, so the whole call expression is the return
+    // type's; the arguments inside keep theirs.
+    let mut drive_args = proc_macro2::Group::new(
+        proc_macro2::Delimiter::Parenthesis,
+        quote!(#store_arg, #call, #reconcile_arg #user_body),
+    );
+    drive_args.set_span(ret_span);
+    let run = quote! {
+        #call_stmt
+        #store_stmt
+        #slot_stmt
+        #drive #drive_args #await_
+    };
+
+    let stmts = match &plan.shape {
+        Shape::AsyncTrait(_) => {
+            // Keep `#[async_trait]`'s `Box::pin(…)` and run inside its `async move` block, where
+            // the arguments (and `self`, not yet renamed) are in scope.
+            let func = match body.stmts.first() {
+                Some(syn::Stmt::Expr(syn::Expr::Call(c), _)) => c.func.to_token_stream(),
+                _ => quote!(::std::boxed::Box::pin),
+            };
+            quote!(#func(async move { #run }))
+        }
+        _ => run,
+    };
+    item.to_tokens_with(Some(stmts))
+}
+
+fn scope(args: &Args, item: &FnItem) -> TokenStream {
+    match &args.scope {
+        Some(lit) => lit.to_token_stream(),
+        None => {
+            let name = format!("::{}", item.sig.ident);
+            quote!(::core::concat!(::core::module_path!(), #name))
+        }
+    }
+}
+
+fn payload(rt: &TokenStream, plan: &Plan) -> TokenStream {
+    if plan.payload.is_empty() {
+        return quote!(::core::option::Option::None);
+    }
+    // Each argument is added on its own, spanned on it: a non-`Serialize` argument is reported
+    // there, once, with the runtime's message.
+    let args = plan
+        .payload
+        .iter()
+        .map(|ident| quote_spanned!(ident.span()=> .arg(&#ident)));
+    quote!(::core::option::Option::Some(#rt::Payload::new() #(#args)*))
+}
+
+fn options(rt: &TokenStream, args: &Args) -> TokenStream {
+    let ttl = Args::ms(&args.ttl, DEFAULT_TTL_MS);
+    let lease = Args::ms(&args.lease, DEFAULT_LEASE_MS);
+    let wait = match &args.wait {
+        Some((_, m)) => {
+            let ms = m.ms;
+            quote!(::core::option::Option::Some(#ms))
+        }
+        None => quote!(::core::option::Option::None),
+    };
+    let once = args.once.is_some();
+    // Built in a const: the durations were parsed by the macro, nothing is left for run time.
+    quote!({
+        const __RERUN_OPTIONS: #rt::Options = #rt::options(#ttl, #lease, #wait, #once);
+        __RERUN_OPTIONS
+    })
+}
+
+/// The pieces of a `once` function with `reconcile`: the arguments go into a slot that the
+/// reconcile function borrows from and the body takes from, one after the other.
+struct Reconciling {
+    slot_stmt: TokenStream,
+    closure: TokenStream,
+    future: TokenStream,
+    rebind: TokenStream,
+}
+
+impl Reconciling {
+    fn new(rt: &TokenStream, r: &Reconcile) -> Reconciling {
+        let slot = local("__rerun_args");
+        let simple: Vec<_> = r.params.iter().filter_map(|p| p.simple.as_ref()).collect();
+        let names: Vec<_> = simple.iter().map(|s| &s.ident).collect();
+        let locals: Vec<_> = (0..names.len())
+            .map(|i| local(&format!("__rerun_arg{i}")))
+            .collect();
+        // The user's `mut x` stays meaningful: the body rebinds `mut x`; this keeps the outer
+        // binding from warning that its `mut` is unused.
+        let touch_mut = simple.iter().filter(|s| s.mutable).map(|s| {
+            let ident = &s.ident;
+            quote!(let _ = &mut #ident;)
+        });
+        let slot_stmt = quote! {
+            #(#touch_mut)*
+            let #slot = #rt::Args::new((#(#names,)*));
+        };
+        let (taken, error) = (local("__rerun_taken"), local("__rerun_error"));
+        let take = quote! {
+            match #slot.take() {
+                ::core::result::Result::Ok(#taken) => #taken,
+                ::core::result::Result::Err(#error) => {
+                    return ::core::result::Result::Err(::core::convert::From::from(#error))
+                }
+            }
+        };
+        let receiver = match &r.receiver {
+            ReceiverUse::Shared(recv) => {
+                let token = &recv.self_token;
+                quote!(#token,)
+            }
+            ReceiverUse::None => TokenStream::new(),
+        };
+        let path = r.path;
+        let ret = local("__rerun_ret");
+        let call = quote!(#path(#receiver #(&#locals),*));
+        let closure = quote!(|| {
+            let (#(#locals,)*) = #take;
+            let #ret = #call;
+            #slot.put((#(#locals,)*));
+            #ret
+        });
+        let future = quote!(async {
+            let (#(#locals,)*) = #take;
+            let #ret = #call.await;
+            #slot.put((#(#locals,)*));
+            #ret
+        });
+        let pats = simple.iter().map(|s| {
+            let ident = &s.ident;
+            if s.mutable {
+                quote!(mut #ident)
+            } else {
+                quote!(#ident)
+            }
+        });
+        let rebind = quote! {
+            #[allow(unused_variables)]
+            let (#(#pats,)*) = #take;
+        };
+        Reconciling {
+            slot_stmt,
+            closure,
+            future,
+            rebind,
+        }
+    }
+}

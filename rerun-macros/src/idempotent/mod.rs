@@ -1,0 +1,241 @@
+//! `#[idempotent(...)]`: grammar (`args`), the borrowed function (`item`), the rules
+//! (`validate`) and the generated call of the runtime (`expand`).
+
+mod args;
+mod expand;
+mod item;
+mod validate;
+
+use proc_macro2::TokenStream;
+use syn::parse::Parser as _;
+
+pub use item::FnItem;
+
+use crate::common::Errors;
+
+pub fn idempotent(attr: TokenStream, input: TokenStream) -> TokenStream {
+    let mut errors = Errors::default();
+    let mut item: FnItem = match syn::parse2(input.clone()) {
+        Ok(item) => item,
+        Err(_) => {
+            errors.at(
+                proc_macro2::Span::call_site(),
+                "`#[idempotent]` goes on a function: `#[idempotent(key = order.id)] fn charge(order: &Order) -> Result<Receipt, PayError> { … }`",
+            );
+            let mut out = errors.to_compile_errors();
+            out.extend(input);
+            return out;
+        }
+    };
+    item.strip_state_changing();
+    let parser = |input: syn::parse::ParseStream| args::Args::parse(input, &mut errors);
+    let args = match parser.parse2(attr) {
+        Ok(args) => Some(args),
+        Err(e) => {
+            errors.push(e);
+            None
+        }
+    };
+    let (receiver, params) = item::params(&item.sig);
+    let plan = args
+        .as_ref()
+        .and_then(|a| validate::check(a, &item, &params, receiver, &mut errors));
+    match (&args, plan) {
+        (Some(args), Some(plan)) if errors.is_empty() => expand::expand(args, &item, &plan),
+        _ => {
+            // The item is re-emitted unchanged so that the rest of the crate, and IDEs, still
+            // see the function.
+            let mut out = errors.to_compile_errors();
+            out.extend(item.to_tokens_with(None));
+            out
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use quote::quote;
+
+    use super::idempotent;
+
+    fn expand(attr: proc_macro2::TokenStream, item: proc_macro2::TokenStream) -> String {
+        idempotent(attr, item).to_string()
+    }
+
+    #[test]
+    fn reaches_the_runtime_through_one_path() {
+        let out = expand(
+            quote!(key = order.id),
+            quote!(
+                fn charge(order: &Order) -> Result<u64, E> {
+                    Ok(1)
+                }
+            ),
+        );
+        assert!(
+            out.contains(":: rerun_core :: __private :: call_with"),
+            "{out}"
+        );
+        assert!(!out.contains("compile_error"), "{out}");
+        let renamed = expand(
+            quote!(key = order.id, crate = ::my::rr),
+            quote!(
+                fn charge(order: &Order) -> Result<u64, E> {
+                    Ok(1)
+                }
+            ),
+        );
+        assert!(!renamed.contains("rerun_core"), "{renamed}");
+        assert!(
+            renamed.contains(":: my :: rr :: __private :: call_with"),
+            "{renamed}"
+        );
+    }
+
+    #[test]
+    fn keeps_signature_attributes_and_docs() {
+        let out = expand(
+            quote!(key = id),
+            quote!(
+                /// Charges.
+                #[inline]
+                pub(crate) async fn charge<T: Clone>(id: u64, t: T) -> Result<u64, E>
+                where
+                    T: Send,
+                {
+                    Ok(id)
+                }
+            ),
+        );
+        assert!(out.starts_with("# [doc = r\" Charges.\"] # [inline] pub (crate) async fn charge < T : Clone > (id : u64 , t : T) -> Result < u64 , E > where T : Send"), "{out}");
+    }
+
+    #[test]
+    fn durations_are_milliseconds_at_compile_time() {
+        let out = expand(
+            quote!(key = id, ttl = "7d", lease = "1m 30s", wait = "250ms"),
+            quote!(
+                fn f(id: u64) -> Result<u64, E> {
+                    Ok(id)
+                }
+            ),
+        );
+        assert!(out.contains("options (604800000u64 , 90000u64 , :: core :: option :: Option :: Some (250u64) , false)"), "{out}");
+    }
+
+    /// No input makes the macro panic: malformed attributes and items become compile errors.
+    #[test]
+    fn never_panics() {
+        let attrs = [
+            quote!(),
+            quote!(key),
+            quote!(key =),
+            quote!(key = ,),
+            quote!(= x),
+            quote!(key = a b c),
+            quote!(,,,),
+            quote!(key = id,),
+            quote!(skip),
+            quote!(skip()),
+            quote!(skip(1, 2)),
+            quote!(ttl = "", lease = "-1s", wait = "99999999999999999999y"),
+            quote!(crate = 5),
+            quote!(reconcile = 5, once),
+            quote!(once(x)),
+            quote!(key = id, key = id, key = id),
+            quote!(scope = r#"x"#, key = "lit"),
+            quote!(key = |x| x, store = {}),
+        ];
+        let items = [
+            quote!(),
+            quote!(fn),
+            quote!(
+                struct S;
+            ),
+            quote!(
+                fn f();
+            ),
+            quote!(
+                fn f() {}
+            ),
+            quote!(
+                fn f(id: u64) -> Result<u64, E> {
+                    Ok(id)
+                }
+            ),
+            quote!(
+                fn f((a, b): (u8, u8), _: u8) -> Result<u8, E> {
+                    Ok(a + b)
+                }
+            ),
+            quote!(
+                fn f(self: Box<Self>, id: u64) -> Result<u8, E> {
+                    Ok(1)
+                }
+            ),
+            quote!(
+                const unsafe extern "C" fn f(id: u64) -> impl Sized {
+                    id
+                }
+            ),
+            quote!(
+                fn f(id: u64) -> Pin<Box<dyn Future<Output = Result<u8, E>> + Send>> {
+                    Box::pin(async move { Ok(1) })
+                }
+            ),
+        ];
+        for attr in &attrs {
+            for item in &items {
+                let _ = idempotent(attr.clone(), item.clone());
+            }
+        }
+        for item in &items {
+            let _ = crate::lint::state_changing(quote!(), item.clone());
+            let _ = crate::lint::state_changing(quote!(x), item.clone());
+            let _ = crate::lint::converges(quote!(), item.clone());
+            let _ = crate::lint::converges(quote!("why"), item.clone());
+            let _ = crate::lint::read_only(quote!(), item.clone());
+            let _ = crate::derive::derive(item.clone());
+        }
+        for item in [
+            quote!(
+                struct S {
+                    #[rerun]
+                    a: u8,
+                }
+            ),
+            quote!(
+                struct S {
+                    #[rerun = 1]
+                    a: u8,
+                }
+            ),
+            quote!(
+                struct S {
+                    #[rerun(key = 1)]
+                    a: u8,
+                }
+            ),
+            quote!(
+                #[rerun(once = 1, reconcile)]
+                struct S(#[rerun(key)] u8);
+            ),
+            quote!(
+                enum E {}
+            ),
+            quote!(
+                enum E {
+                    A,
+                    B(#[rerun(key)] u8),
+                }
+            ),
+            quote!(union U { a: u8 }),
+            quote!(
+                #[rerun(ttl = 5)]
+                struct S<'a, T: Clone>(#[rerun(key, skip)] &'a T);
+            ),
+        ] {
+            let _ = crate::derive::derive(item);
+        }
+    }
+}

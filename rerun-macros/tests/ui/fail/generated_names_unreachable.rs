@@ -1,0 +1,10 @@
+use rerun_core::{idempotent, Error};
+
+#[idempotent(key = order_id, store = &rerun_core::MemoryStore::new())]
+fn charge(order_id: &str) -> Result<u64, Error> {
+    let _peek = __rerun_call;
+    let _store = __rerun_given;
+    Ok(order_id.len() as u64)
+}
+
+fn main() {}

@@ -1,0 +1,13 @@
+use rerun_core::{idempotent, Error};
+
+#[idempotent(key = order_id, tll = "24h")]
+fn charge(order_id: &str) -> Result<u64, Error> {
+    Ok(order_id.len() as u64)
+}
+
+#[idempotent(key = order_id, retries = 3)]
+fn refund(order_id: &str) -> Result<u64, Error> {
+    Ok(order_id.len() as u64)
+}
+
+fn main() {}
