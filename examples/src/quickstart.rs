@@ -71,7 +71,9 @@ impl Bank {
 }
 
 /// Sends the welcome email of a signup, once per event, however often the webhook arrives.
-#[idempotent(key = event.event_id, scope = "quickstart.welcome_email", skip(mailer))]
+/// An email cannot be unsent, so it is `once`: a crash mid-send is never followed by a second
+/// email on its own.
+#[idempotent(key = event.event_id, scope = "quickstart.welcome_email", once, skip(mailer))]
 pub fn send_welcome_email(event: &Signup, mailer: &Mailer) -> Result<String, AppError> {
     Ok(mailer.send(&event.email))
 }

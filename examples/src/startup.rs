@@ -32,18 +32,27 @@ pub fn open_app_db(dir: &Path) -> Result<Connection, AppError> {
     Ok(db)
 }
 
-/// Version 3 adds loyalty points and backfills them. `ALTER TABLE … ADD COLUMN` fails if it runs
-/// twice, so the step is keyed with a literal: one record for the whole deployment.
+/// Version 3 adds loyalty points and backfills them. The step is keyed with a literal: one record
+/// for the whole deployment. `ALTER TABLE … ADD COLUMN` fails if it runs twice, so the body
+/// first looks at what is there: an instance that died after committing but before rerun
+/// recorded the step leaves the column behind, and the rerun must converge, not fail.
 #[idempotent(key = "migrate-v3", scope = "startup.migrate", store = store, skip(db), wait = "30s")]
 pub fn migrate_v3(store: &SqliteStore, db: &Connection) -> Result<Migrated, AppError> {
     MIGRATION_RUNS.fetch_add(1, Ordering::SeqCst);
     // One transaction: if the process dies midway, nothing of it stays and the next start
     // runs it afresh.
     let tx = db.unchecked_transaction()?;
-    tx.execute(
-        "ALTER TABLE customers ADD COLUMN points INTEGER NOT NULL DEFAULT 0",
+    let has_points: bool = tx.query_row(
+        "SELECT count(*) > 0 FROM pragma_table_info('customers') WHERE name = 'points'",
         [],
+        |r| r.get(0),
     )?;
+    if !has_points {
+        tx.execute(
+            "ALTER TABLE customers ADD COLUMN points INTEGER NOT NULL DEFAULT 0",
+            [],
+        )?;
+    }
     let backfilled = tx.execute("UPDATE customers SET points = spent_cents / 100", [])?;
     tx.commit()?;
     Ok(Migrated { backfilled })
@@ -56,19 +65,9 @@ pub fn start_instance(dir: &Path) -> Result<Migrated, AppError> {
     migrate_v3(&store, &db)
 }
 
-/// Opens the rerun store, retrying while it is busy: two processes creating one database file at
-/// the same instant can find it locked while the other sets it up, a retryable error.
+/// Opens the rerun store; instances starting together may both create the file, safely.
 fn open_store(dir: &Path) -> Result<SqliteStore, AppError> {
-    let mut tries = 0;
-    loop {
-        match SqliteStore::open(dir.join("rerun.sqlite3")) {
-            Err(e) if e.is_retryable() && tries < 50 => {
-                tries += 1;
-                std::thread::sleep(std::time::Duration::from_millis(20));
-            }
-            result => return Ok(result?),
-        }
-    }
+    Ok(SqliteStore::open(dir.join("rerun.sqlite3"))?)
 }
 
 /// Runs the story in `dir`; returns how many times the migration body ran.

@@ -26,11 +26,21 @@ pub struct ChargeSucceeded {
     pub delivered_at: u64,
 }
 
-/// The customer balances: the state the handler changes.
-pub static BALANCES: Mutex<BTreeMap<String, u64>> = Mutex::new(BTreeMap::new());
+/// The ledger of credits, one entry per event id: the state the handler changes. A balance is
+/// the sum of a customer's credits, so writing an event's credit again changes nothing.
+pub static LEDGER: Mutex<BTreeMap<String, (String, u64)>> = Mutex::new(BTreeMap::new());
 
-fn balances() -> std::sync::MutexGuard<'static, BTreeMap<String, u64>> {
-    BALANCES.lock().unwrap_or_else(|p| p.into_inner())
+fn ledger() -> std::sync::MutexGuard<'static, BTreeMap<String, (String, u64)>> {
+    LEDGER.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Every customer's balance.
+pub fn balances() -> BTreeMap<String, u64> {
+    let mut out = BTreeMap::new();
+    for (customer, cents) in ledger().values() {
+        *out.entry(customer.clone()).or_insert(0) += cents;
+    }
+    out
 }
 
 /// What handling an event did.
@@ -44,12 +54,15 @@ impl Handle for ChargeSucceeded {
     type Output = Credited;
     type Error = AppError;
     fn handle(&self) -> Result<Credited, AppError> {
-        let mut balances = balances();
-        let balance = balances.entry(self.customer.clone()).or_insert(0);
-        *balance += self.amount_cents;
+        // Keyed by the event id, so a handler that dies after crediting but before rerun records
+        // the result converges on the rerun instead of crediting twice.
+        ledger().insert(
+            self.id.clone(),
+            (self.customer.clone(), self.amount_cents),
+        );
         Ok(Credited {
             customer: self.customer.clone(),
-            balance_cents: *balance,
+            balance_cents: balances().get(&self.customer).copied().unwrap_or(0),
         })
     }
 }
@@ -83,7 +96,7 @@ pub fn receive<S: Store>(store: &S, body: &str) -> (u16, String) {
 
 /// Runs the deliveries on a SQLite store in `dir`; returns the final balances.
 pub fn run(dir: &Path, out: &mut dyn Write) -> Result<BTreeMap<String, u64>, AppError> {
-    balances().clear();
+    ledger().clear();
     let store = SqliteStore::open(dir.join("rerun.sqlite3"))?;
     let deliveries = [
         (
@@ -116,7 +129,7 @@ pub fn run(dir: &Path, out: &mut dyn Write) -> Result<BTreeMap<String, u64>, App
         let (status, said) = receive(&store, body);
         writeln!(out, "  {what:<31} -> {status} {said}")?;
     }
-    let balances = balances().clone();
+    let balances = balances();
     for (customer, cents) in &balances {
         writeln!(
             out,

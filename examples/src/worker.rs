@@ -32,7 +32,7 @@ pub fn open_queue(dir: &Path) -> Result<Connection, AppError> {
          );
          CREATE TABLE IF NOT EXISTS outbox (
              seq     INTEGER PRIMARY KEY AUTOINCREMENT,
-             job_id  INTEGER NOT NULL,
+             job_id  INTEGER NOT NULL UNIQUE,
              message TEXT    NOT NULL
          );
          INSERT OR IGNORE INTO jobs (id, customer, cents) VALUES
@@ -43,6 +43,9 @@ pub fn open_queue(dir: &Path) -> Result<Connection, AppError> {
 }
 
 /// The effect that must not happen twice: an invoice email, which lands in the outbox.
+///
+/// The outbox row is unique per job, so a worker that dies after writing it but before rerun
+/// records the result converges on the rerun: the second insert does nothing.
 #[idempotent(key = job.id, scope = "worker.send_invoice", store = store, skip(queue))]
 pub fn send_invoice(
     store: &SqliteStore,
@@ -50,7 +53,7 @@ pub fn send_invoice(
     queue: &Connection,
 ) -> Result<String, AppError> {
     queue.execute(
-        "INSERT INTO outbox (job_id, message) VALUES (?1, ?2)",
+        "INSERT INTO outbox (job_id, message) VALUES (?1, ?2) ON CONFLICT (job_id) DO NOTHING",
         params![job.id, format!("invoice for {} cents", job.cents)],
     )?;
     Ok(format!("invoice #{} sent to {}", job.id, job.customer))

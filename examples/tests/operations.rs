@@ -11,10 +11,7 @@ fn webhook_credits_each_event_once() {
     let store = SqliteStore::open(dir.path().join("rerun.sqlite3")).unwrap();
     let body = r#"{"id":"evt_1","customer":"cus_ada","amount_cents":2500,"delivered_at":9}"#;
     assert_eq!(webhook::receive(&store, body).0, 200);
-    assert_eq!(
-        webhook::BALANCES.lock().unwrap().get("cus_ada"),
-        Some(&3000)
-    );
+    assert_eq!(webhook::balances().get("cus_ada"), Some(&3000));
 }
 
 #[test]

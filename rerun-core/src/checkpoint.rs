@@ -4,6 +4,7 @@
 //! (`rerun_core::testing`, feature `testing`) installs a hook that records the points of a clean
 //! run, then crashes a run at each of them.
 
+use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 
@@ -53,7 +54,18 @@ pub fn hit(point: Point) {
     }
 }
 
+/// [`hit`] for the `checkpoint!` macro: the point is a `static`, so the unarmed path is one
+/// load and one branch, with nothing built on the stack.
+#[doc(hidden)]
+#[inline]
+pub fn hit_static(point: &'static Point) {
+    if ARMED.load(Ordering::Relaxed) {
+        call_hook(*point);
+    }
+}
+
 #[cold]
+#[inline(never)]
 fn call_hook(point: Point) {
     let hook = HOOK.read().unwrap_or_else(|p| p.into_inner()).clone();
     if let Some(hook) = hook {
@@ -66,6 +78,42 @@ pub fn set_hook(hook: Option<Hook>) -> Option<Hook> {
     let mut slot = HOOK.write().unwrap_or_else(|p| p.into_inner());
     ARMED.store(hook.is_some(), Ordering::SeqCst);
     std::mem::replace(&mut *slot, hook)
+}
+
+thread_local! {
+    static FENCE: Cell<Option<u64>> = const { Cell::new(None) };
+}
+
+/// The fence of the claim whose body runs on this thread: `Some` inside the body of a sync
+/// call (`Call::run`, a sync `#[idempotent]` function), `None` elsewhere, and in async bodies,
+/// which may move between threads. The harness's effect log records it next to each effect.
+///
+/// ```
+/// use rerun_core::{checkpoint::current_fence, Call, MemoryStore};
+/// let store = MemoryStore::new();
+/// let out = Call::new("s", "k").run(&store, || Ok::<_, rerun_core::Error>(current_fence()))?;
+/// assert_eq!(out.value, Some(out.fence));
+/// assert_eq!(current_fence(), None);
+/// # Ok::<(), rerun_core::Error>(())
+/// ```
+pub fn current_fence() -> Option<u64> {
+    FENCE.with(Cell::get)
+}
+
+/// Sets [`current_fence`] while a sync body runs; restores the outer value (a body that calls
+/// another idempotent function) when dropped, also by a panic.
+pub(crate) struct InBody(Option<u64>);
+
+impl InBody {
+    pub(crate) fn enter(fence: u64) -> InBody {
+        InBody(FENCE.with(|f| f.replace(Some(fence))))
+    }
+}
+
+impl Drop for InBody {
+    fn drop(&mut self) {
+        FENCE.with(|f| f.set(self.0));
+    }
 }
 
 /// Marks a crash point in the body of an idempotent function.
@@ -83,7 +131,8 @@ pub fn set_hook(hook: Option<Hook>) -> Option<Hook> {
 /// ```
 #[macro_export]
 macro_rules! checkpoint {
-    ($name:literal) => {
-        $crate::checkpoint::hit($crate::checkpoint::Point::User($name))
-    };
+    ($name:literal) => {{
+        static __RERUN_POINT: $crate::checkpoint::Point = $crate::checkpoint::Point::User($name);
+        $crate::checkpoint::hit_static(&__RERUN_POINT)
+    }};
 }

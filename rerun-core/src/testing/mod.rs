@@ -5,8 +5,8 @@ pub mod conformance;
 pub mod harness;
 
 pub use harness::{
-    check_converges, recovery_check, Check, Divergence, Effects, Mode, PointId, RecoveryCheck,
-    Report, SafeToRerun, Verdict, WorldDir,
+    check_converges, recovery_check, Check, Divergence, Duplicate, Effects, Mode, PointId,
+    RecoveryCheck, Report, SafeToRerun, Verdict, WorldDir,
 };
 
 /// The URL of a test server from the environment variable `var`

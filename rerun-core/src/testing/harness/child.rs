@@ -51,6 +51,13 @@ impl Order {
     }
 }
 
+/// Ends this child with its parent (on Linux), so a parent killed mid-check leaves no child
+/// waiting at its point; elsewhere the wait at the point is bounded instead.
+pub(crate) fn die_with_parent() {
+    #[cfg(target_os = "linux")]
+    let _ = nix::sys::prctl::set_pdeathsig(Signal::SIGKILL);
+}
+
 /// The child's action at its point: tell the parent, then wait to be killed.
 pub(crate) fn stand_at_point() -> Arc<dyn Fn(&PointId) + Send + Sync> {
     Arc::new(|point: &PointId| {

@@ -50,7 +50,7 @@ pub use converges::{check_converges, Divergence};
 pub use hook::PointId;
 pub use recovery::{recovery_check, RecoveryCheck};
 pub use report::{Check, Mode, Report, Verdict};
-pub use world::{Effects, WorldDir, EFFECT_LOG};
+pub use world::{Duplicate, Effects, Occurrence, WorldDir, EFFECT_LOG};
 
 use crate::error::Error;
 use hook::{Action, CrashHere, Installed};
@@ -85,6 +85,31 @@ type ObserveFn<'a, W, O> = Box<dyn Fn(&W) -> O + 'a>;
 /// set with [`SafeToRerun::test_name`]. In that child, `check` runs the operation until the
 /// point and is killed there; other harnesses in the same test return an empty report, so
 /// give each harness of one test its own name.
+///
+/// ```
+/// use std::sync::Mutex;
+/// use rerun_core::testing::{SafeToRerun, WorldDir};
+/// use rerun_core::{Call, Error, MemoryStore};
+///
+/// // A world in memory: crash in process only (nothing would survive a kill).
+/// struct Flags { store: MemoryStore, verified: Mutex<bool> }
+///
+/// let report = SafeToRerun::new(
+///     "users.verify",
+///     |_: &WorldDir| Ok::<_, Error>(Flags { store: MemoryStore::new(), verified: Mutex::new(false) }),
+///     |w: &Flags| {
+///         Call::new("users.verify", "u1").run(&w.store, || {
+///             *w.verified.lock().unwrap() = true; // setting a flag converges
+///             Ok::<_, Error>(())
+///         }).map(|o| o.value)
+///     },
+///     |w: &Flags| *w.verified.lock().unwrap(),
+/// )
+/// .in_process_only()
+/// .check();
+/// assert!(report.passed(), "{report}");
+/// assert_eq!(report.points().len(), 4); // claimed, body started, body returned, recorded
+/// ```
 pub struct SafeToRerun<'a, W, T, O> {
     name: String,
     world: WorldFn<'a, W>,
@@ -184,12 +209,19 @@ where
             return report;
         }
         let hook = Installed::install();
+        let in_process = self.in_process && cfg!(panic = "unwind");
+        if self.in_process && !in_process {
+            report.notes.push(
+                "this build aborts on panic, and crashing in process needs unwinding: only real kills ran"
+                    .to_owned(),
+            );
+        }
         let Some(clean) = self.clean_run(&hook, &mut report) else {
             report.elapsed = started.elapsed();
             return report;
         };
         self.twice(&hook, &clean, &mut report);
-        if self.in_process {
+        if in_process {
             for point in report.points.clone() {
                 let check = self.crash_in_process(&hook, &clean, &point);
                 report.checks.push(check);
@@ -315,6 +347,11 @@ where
             if let Ran::Panicked(msg) = crashed {
                 return Err(format!("the operation panicked before the point: {msg}"));
             }
+            // An async call gives its claim back on the lease keeper's thread (a destructor
+            // cannot await): rerun once that happened, as a later request would.
+            if !crate::runtime::keeper::keeper().settle(Duration::from_secs(10)) {
+                return Err("the crashed run's claim was not given back within 10 s".into());
+            }
             hook.arm(Action::Record);
             let rerun = match self.run(world) {
                 Ran::Returned(r) => r,
@@ -408,6 +445,7 @@ where
     /// In the child process of a real kill: run the operation until the point and wait there
     /// to be killed. Returns only if the order is not for this harness's operation.
     fn serve_as_child(&self, order: &child::Order) -> ! {
+        child::die_with_parent();
         let dir = WorldDir::at(&order.dir);
         let world = match (self.world)(&dir) {
             Ok(w) => w,

@@ -82,27 +82,34 @@ pub fn recovery_check<S: Store + ?Sized>(store: &S) -> Result<RecoveryCheck, Str
     let after_second = snapshot(store).map_err(fail)?;
 
     let mut problems = Vec::new();
-    let mut expect = |what: &str, got: u64, want: usize| {
+    // Stores whose server expires records itself (Redis) have nothing left to purge; the
+    // expired records must be gone either way, which the state check below sees.
+    if a.purged + b.purged > OTHERS as u64 {
+        problems.push(format!(
+            "expired records purged: {}, but only {OTHERS} expired",
+            a.purged + b.purged
+        ));
+    }
+    let mut expect_count = |what: &str, got: u64, want: usize| {
         if got != want as u64 {
             problems.push(format!("{what}: {got}, expected {want}"));
         }
     };
-    expect(
+    expect_count(
         "stale replayable claims released",
         a.released + b.released,
         2 * PER_KIND,
     );
-    expect(
+    expect_count(
         "stale once claims marked unknown",
         a.marked_unknown + b.marked_unknown,
         2 * PER_KIND,
     );
-    expect("expired records purged", a.purged + b.purged, OTHERS);
-    expect("the second run's releases", second.released, 0);
-    expect("the second run's unknown marks", second.marked_unknown, 0);
-    expect("the second run's purges", second.purged, 0);
-    expect("live claims seen by the second run", second.live, OTHERS);
-    expect(
+    expect_count("the second run's releases", second.released, 0);
+    expect_count("the second run's unknown marks", second.marked_unknown, 0);
+    expect_count("the second run's purges", second.purged, 0);
+    expect_count("live claims seen by the second run", second.live, OTHERS);
+    expect_count(
         "unknown outcomes seen by the second run",
         second.unknown,
         2 * PER_KIND,

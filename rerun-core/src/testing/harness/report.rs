@@ -4,6 +4,7 @@ use std::fmt;
 use std::time::Duration;
 
 use super::hook::PointId;
+use super::world::Duplicate;
 
 /// How a check ran.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -63,8 +64,8 @@ pub struct Check {
     pub verdict: Verdict,
     /// On a divergence: the clean run's state and the rerun's, side by side.
     pub side_by_side: Option<String>,
-    /// Effects recorded more than once: `(effect, key, times)`.
-    pub duplicates: Vec<(String, String, usize)>,
+    /// Effects recorded more than once.
+    pub duplicates: Vec<Duplicate>,
     /// How long the check took (for a real kill: the child, the kill and the rerun).
     pub elapsed: Duration,
 }
@@ -91,6 +92,25 @@ impl Check {
 ///
 /// Its `Display` is the text a failing test prints: each check on a line, and for each
 /// failure the point, what went wrong, and the two states side by side.
+///
+/// ```
+/// use std::cell::Cell;
+/// use rerun_core::testing::{Mode, SafeToRerun, Verdict, WorldDir};
+///
+/// // A counter without a key: running it twice counts twice.
+/// let report = SafeToRerun::new(
+///     "visits",
+///     |_: &WorldDir| Ok::<_, String>(Cell::new(0u32)),
+///     |c: &Cell<u32>| { c.set(c.get() + 1); Ok::<_, String>(()) },
+///     |c: &Cell<u32>| c.get(),
+/// )
+/// .in_process_only()
+/// .check();
+/// assert!(!report.passed());
+/// let check = report.failures().next().unwrap();
+/// assert_eq!((check.mode, &check.verdict), (Mode::Twice, &Verdict::Diverged));
+/// assert!(report.to_string().contains("running it twice ended in another state"));
+/// ```
 #[derive(Debug, Clone)]
 pub struct Report {
     pub(crate) name: String,
@@ -236,11 +256,8 @@ fn write_failure(f: &mut fmt::Formatter<'_>, check: &Check) -> fmt::Result {
         )?,
         Verdict::Failed(why) => writeln!(f, "{at}: the check could not run: {why}")?,
     }
-    for (effect, key, times) in &check.duplicates {
-        writeln!(
-            f,
-            "    effect {effect:?} for key {key:?} happened {times} times (at most once allowed)"
-        )?;
+    for duplicate in &check.duplicates {
+        writeln!(f, "    {duplicate}")?;
     }
     if let Some(table) = &check.side_by_side {
         for line in table.lines() {

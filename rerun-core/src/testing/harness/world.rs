@@ -99,7 +99,8 @@ impl WorldDir {
 /// let effects = world.effects();
 /// effects.record("card.charged", "ord_1");
 /// effects.record("card.charged", "ord_1");
-/// assert_eq!(effects.duplicates(), vec![("card.charged".to_owned(), "ord_1".to_owned(), 2)]);
+/// let twice = &effects.duplicates()[0];
+/// assert_eq!((twice.effect.as_str(), twice.key.as_str(), twice.times.len()), ("card.charged", "ord_1", 2));
 /// world.remove();
 /// # Ok::<(), std::io::Error>(())
 /// ```
@@ -115,13 +116,16 @@ fn field(s: &str) -> String {
 
 impl Effects {
     /// Records that the effect `effect` happened for `key` (its dedupe identity: the order id,
-    /// the recipient and message id, …).
+    /// the recipient and message id, …), with the process and, inside the body of a sync
+    /// idempotent call, the claim's fence ([`crate::checkpoint::current_fence`]).
     ///
     /// Never fails the operation: a log that cannot be written (a broken temporary directory)
     /// is reported on stderr, and the harness reports the effect count it could read.
     pub fn record(&self, effect: &str, key: impl std::fmt::Display) {
+        let fence =
+            crate::checkpoint::current_fence().map_or_else(|| "-".to_owned(), |f| f.to_string());
         let line = format!(
-            "{}\t{}\t{}\n",
+            "{}\t{}\t{}\t{fence}\n",
             field(effect),
             field(&key.to_string()),
             std::process::id()
@@ -139,9 +143,9 @@ impl Effects {
         }
     }
 
-    /// Every `(effect, key)` recorded, with how many times and by which processes.
-    pub fn tally(&self) -> BTreeMap<(String, String), Vec<u32>> {
-        let mut out: BTreeMap<(String, String), Vec<u32>> = BTreeMap::new();
+    /// Every `(effect, key)` recorded, with each time it happened.
+    pub fn tally(&self) -> BTreeMap<(String, String), Vec<Occurrence>> {
+        let mut out: BTreeMap<(String, String), Vec<Occurrence>> = BTreeMap::new();
         let Ok(text) = std::fs::read_to_string(&*self.log) else {
             return out;
         };
@@ -151,9 +155,10 @@ impl Effects {
                 continue;
             };
             let pid = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
+            let fence = parts.next().and_then(|f| f.parse().ok());
             out.entry((effect.to_owned(), key.to_owned()))
                 .or_default()
-                .push(pid);
+                .push(Occurrence { pid, fence });
         }
         out
     }
@@ -165,12 +170,53 @@ impl Effects {
             .map_or(0, Vec::len)
     }
 
-    /// The `(effect, key, times)` recorded more than once.
-    pub fn duplicates(&self) -> Vec<(String, String, usize)> {
+    /// The effects recorded more than once.
+    pub fn duplicates(&self) -> Vec<Duplicate> {
         self.tally()
             .into_iter()
-            .filter(|(_, pids)| pids.len() > 1)
-            .map(|((effect, key), pids)| (effect, key, pids.len()))
+            .filter(|(_, times)| times.len() > 1)
+            .map(|((effect, key), times)| Duplicate { effect, key, times })
             .collect()
+    }
+}
+
+/// An effect that happened more than once.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Duplicate {
+    /// The effect's name.
+    pub effect: String,
+    /// The key it happened for.
+    pub key: String,
+    /// Each time it happened.
+    pub times: Vec<Occurrence>,
+}
+
+/// One time an effect happened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Occurrence {
+    /// The process that did it.
+    pub pid: u32,
+    /// The fence of the claim whose body did it (`None` outside the body of a sync call).
+    pub fence: Option<u64>,
+}
+
+impl std::fmt::Display for Duplicate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let by: Vec<String> = self
+            .times
+            .iter()
+            .map(|o| match o.fence {
+                Some(fence) => format!("process {} under fence {fence}", o.pid),
+                None => format!("process {} outside a claim", o.pid),
+            })
+            .collect();
+        write!(
+            f,
+            "effect {:?} for key {:?} happened {} times (at most once allowed): {}",
+            self.effect,
+            self.key,
+            self.times.len(),
+            by.join(", ")
+        )
     }
 }

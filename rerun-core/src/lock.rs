@@ -1,0 +1,380 @@
+//! Locks that heal themselves: a lock file for a step that guards a local resource (a
+//! directory, a port, a device) rather than a key.
+//!
+//! [`LockFile`] holds a kernel lock on the file (`flock(LOCK_EX | LOCK_NB)`, the lock behind
+//! `std::fs::File::try_lock`, called through `nix` so that the crate keeps its minimum Rust
+//! version) and writes a record of its holder (host, boot id, pid, process start time) into it:
+//! - the kernel releases the lock the moment its holder dies, however it dies (SIGKILL, power
+//!   loss of the process, a panic with `panic = "abort"`): a dead holder's lock is free at
+//!   once, with no stale-lock cleanup and no "is that pid still ours?" guessing;
+//! - the file is opened close-on-exec, so a child process started while the lock is held does
+//!   not inherit it and cannot keep it alive after its parent dies;
+//! - the holder record is only for the message a refused caller gets ("held by process 4242
+//!   on build-7, started …"), never for the decision;
+//! - on a network filesystem (NFS, SMB/CIFS, AFS, 9p, FUSE, Ceph, Lustre…) a kernel lock may be
+//!   local to one machine or emulated, so [`LockFile`] refuses with
+//!   [`LockError::NetworkFilesystem`] rather than pretend.
+//!
+//! The file is never deleted: deleting a lock file while another process has it open would
+//! let two processes lock two different files of the same name.
+
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use nix::errno::Errno;
+use nix::fcntl::{Flock, FlockArg};
+
+use crate::holder::{Holder, Liveness};
+
+/// Who holds (or last held) a lock file, as written into it.
+///
+/// ```
+/// use rerun_core::holder::Liveness;
+/// use rerun_core::lock::LockFile;
+/// let dir = tempfile::tempdir()?;
+/// let path = dir.path().join("app.lock");
+/// let lock = LockFile::try_acquire(&path)?;
+/// let holder = LockFile::read_holder(&path).expect("the holder's record");
+/// assert_eq!(holder.pid, std::process::id());
+/// assert_eq!(holder.liveness(), Liveness::Alive);
+/// drop(lock);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LockHolder {
+    /// Host name.
+    pub host: String,
+    /// The kernel's boot id.
+    pub boot_id: String,
+    /// Process id.
+    pub pid: u32,
+    /// Process start time in clock ticks since boot.
+    pub start_time: u64,
+    /// When the lock was taken, in milliseconds since the Unix epoch.
+    pub acquired_unix_ms: u64,
+}
+
+impl LockHolder {
+    fn current() -> LockHolder {
+        let h = Holder::current();
+        LockHolder {
+            host: h.host.to_string(),
+            boot_id: h.boot_id.to_string(),
+            pid: h.pid,
+            start_time: h.start_time,
+            acquired_unix_ms: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map(|d| d.as_millis() as u64)
+                .unwrap_or(0),
+        }
+    }
+
+    fn encode(&self) -> String {
+        format!(
+            "host={}\nboot_id={}\npid={}\nstart_time={}\nacquired_unix_ms={}\n",
+            self.host, self.boot_id, self.pid, self.start_time, self.acquired_unix_ms
+        )
+    }
+
+    fn decode(text: &str) -> Option<LockHolder> {
+        let mut h = LockHolder {
+            host: String::new(),
+            boot_id: String::new(),
+            pid: 0,
+            start_time: 0,
+            acquired_unix_ms: 0,
+        };
+        let mut seen_pid = false;
+        for line in text.lines() {
+            let (name, value) = line.split_once('=')?;
+            match name {
+                "host" => h.host = value.to_owned(),
+                "boot_id" => h.boot_id = value.to_owned(),
+                "pid" => {
+                    h.pid = value.parse().ok()?;
+                    seen_pid = true;
+                }
+                "start_time" => h.start_time = value.parse().ok()?,
+                "acquired_unix_ms" => h.acquired_unix_ms = value.parse().ok()?,
+                _ => {}
+            }
+        }
+        seen_pid.then_some(h)
+    }
+
+    /// Whether the recorded process still runs, as far as this process can tell.
+    pub fn liveness(&self) -> Liveness {
+        Holder {
+            host: self.host.clone().into(),
+            boot_id: self.boot_id.clone().into(),
+            pid: self.pid,
+            start_time: self.start_time,
+            attempt: 0,
+        }
+        .liveness()
+    }
+}
+
+impl std::fmt::Display for LockHolder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "process {} on {}", self.pid, self.host)
+    }
+}
+
+/// Why a lock file could not be taken.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LockError {
+    /// Another live process holds the lock.
+    #[error("{} is locked by {}; it is released as soon as that process exits{}", path.display(), holder_text(holder), hint(holder))]
+    #[non_exhaustive]
+    Held {
+        /// The lock file.
+        path: PathBuf,
+        /// The holder's record, when it could be read.
+        holder: Option<LockHolder>,
+    },
+    /// The file is on a network filesystem, where a kernel lock does not exclude other machines.
+    #[error("{} is on a network filesystem ({fs}), where a file lock may not exclude other machines; put the lock file on a local disk (e.g. under /run or /var/lock)", path.display())]
+    #[non_exhaustive]
+    NetworkFilesystem {
+        /// The lock file.
+        path: PathBuf,
+        /// The filesystem's name (`nfs`, `cifs`, …).
+        fs: &'static str,
+    },
+    /// Opening, locking or writing the file failed.
+    #[error("lock file {}: {what}: {source}", path.display())]
+    #[non_exhaustive]
+    Io {
+        /// The lock file.
+        path: PathBuf,
+        /// What was being done.
+        what: &'static str,
+        /// The error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+fn holder_text(holder: &Option<LockHolder>) -> String {
+    match holder {
+        Some(h) => h.to_string(),
+        None => "another process (its record is not written yet)".to_owned(),
+    }
+}
+
+fn hint(holder: &Option<LockHolder>) -> &'static str {
+    match holder.as_ref().map(LockHolder::liveness) {
+        // The recorded holder is gone, yet the kernel lock is held: a process that shares the
+        // open file (one forked without exec) still has it.
+        Some(Liveness::Dead) => {
+            "; the recorded holder is gone, so a process it forked still holds the file open"
+        }
+        _ => "",
+    }
+}
+
+/// A held lock file; the lock is released when this value is dropped or its process dies.
+///
+/// ```
+/// use rerun_core::lock::{LockError, LockFile};
+/// let dir = tempfile::tempdir()?;
+/// let path = dir.path().join("reindex.lock");
+/// let lock = LockFile::try_acquire(&path)?;
+/// // A second taker (in this or any other process) is refused with the holder's identity.
+/// match LockFile::try_acquire(&path) {
+///     Err(LockError::Held { holder: Some(h), .. }) => assert_eq!(h.pid, std::process::id()),
+///     other => panic!("expected Held, got {other:?}"),
+/// }
+/// drop(lock);
+/// let _again = LockFile::try_acquire(&path)?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug)]
+pub struct LockFile {
+    /// Held for its destructor: closing the file releases the kernel lock.
+    _file: Flock<File>,
+    path: PathBuf,
+    holder: LockHolder,
+}
+
+impl LockFile {
+    /// Takes the lock at `path` (creating the file) or fails at once with
+    /// [`LockError::Held`] naming the holder.
+    pub fn try_acquire(path: impl AsRef<Path>) -> Result<LockFile, LockError> {
+        let path = path.as_ref().to_path_buf();
+        refuse_network_filesystem(&path)?;
+        let io = |what, source| LockError::Io {
+            path: path.clone(),
+            what,
+            source,
+        };
+        // std opens every file with O_CLOEXEC: a child process does not inherit the lock.
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .map_err(|e| io("opening", e))?;
+        let mut file = match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+            Ok(locked) => locked,
+            Err((mut file, Errno::EWOULDBLOCK)) => {
+                let mut text = String::new();
+                let holder = file
+                    .read_to_string(&mut text)
+                    .ok()
+                    .and_then(|_| LockHolder::decode(&text));
+                return Err(LockError::Held { path, holder });
+            }
+            Err((_, errno)) => return Err(io("locking", std::io::Error::from(errno))),
+        };
+        let holder = LockHolder::current();
+        file.set_len(0).map_err(|e| io("writing the holder", e))?;
+        file.seek(SeekFrom::Start(0))
+            .and_then(|_| file.write_all(holder.encode().as_bytes()))
+            .and_then(|_| file.flush())
+            .map_err(|e| io("writing the holder", e))?;
+        Ok(LockFile {
+            _file: file,
+            path,
+            holder,
+        })
+    }
+
+    /// Takes the lock at `path`, retrying while another process holds it, for up to `wait`.
+    pub fn acquire(path: impl AsRef<Path>, wait: Duration) -> Result<LockFile, LockError> {
+        let deadline = Instant::now() + wait;
+        let mut pause = Duration::from_millis(1);
+        loop {
+            match LockFile::try_acquire(path.as_ref()) {
+                Err(LockError::Held { .. }) if Instant::now() < deadline => {
+                    std::thread::sleep(
+                        pause.min(deadline.saturating_duration_since(Instant::now())),
+                    );
+                    pause = (pause * 2).min(Duration::from_millis(50));
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// Reads the holder record of the lock file at `path` without taking the lock: who holds
+    /// it, or who held it last. `None` if the file is missing or has no record.
+    pub fn read_holder(path: impl AsRef<Path>) -> Option<LockHolder> {
+        std::fs::read_to_string(path)
+            .ok()
+            .and_then(|t| LockHolder::decode(&t))
+    }
+
+    /// The lock file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// This process's record in the file.
+    pub fn holder(&self) -> &LockHolder {
+        &self.holder
+    }
+
+    /// Releases the lock now (dropping does the same: closing the file releases it).
+    pub fn release(self) {
+        drop(self);
+    }
+}
+
+/// Filesystems on which a kernel lock may not exclude another machine (`f_type` of statfs).
+const NETWORK_FILESYSTEMS: &[(u32, &str)] = &[
+    (0x6969, "nfs"),
+    (0x517B, "smb"),
+    (0xFF53_4D42, "cifs"),
+    (0xFE53_4D42, "smb2"),
+    (0x5346_414F, "afs"),
+    (0x6B41_4653, "kafs"),
+    (0x7375_7245, "coda"),
+    (0x0102_1997, "9p"),
+    (0x6573_5546, "fuse (e.g. sshfs)"),
+    (0x00C3_6400, "ceph"),
+    (0x0BD0_0BD0, "lustre"),
+    (0x564C, "ncp"),
+    (0x0116_1970, "gfs2"),
+    (0x7461_636F, "ocfs2"),
+];
+
+/// The name of the network filesystem with this `f_type`, if it is one.
+fn network_filesystem(f_type: u64) -> Option<&'static str> {
+    let magic = (f_type & 0xFFFF_FFFF) as u32;
+    NETWORK_FILESYSTEMS
+        .iter()
+        .find(|(m, _)| *m == magic)
+        .map(|(_, name)| *name)
+}
+
+/// Refuses a path on a network filesystem; checks the file, or its directory before it exists.
+fn refuse_network_filesystem(path: &Path) -> Result<(), LockError> {
+    let probe = if path.exists() {
+        path.to_path_buf()
+    } else {
+        match path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            Some(parent) => parent.to_path_buf(),
+            None => PathBuf::from("."),
+        }
+    };
+    let stat = nix::sys::statfs::statfs(&probe).map_err(|e| LockError::Io {
+        path: path.to_path_buf(),
+        what: "checking the filesystem",
+        source: std::io::Error::from(e),
+    })?;
+    #[allow(clippy::unnecessary_cast)]
+    let f_type = stat.filesystem_type().0 as u64;
+    match network_filesystem(f_type) {
+        Some(fs) => Err(LockError::NetworkFilesystem {
+            path: path.to_path_buf(),
+            fs,
+        }),
+        None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn network_filesystems_are_recognized() {
+        assert_eq!(network_filesystem(0x6969), Some("nfs"));
+        assert_eq!(network_filesystem(0xFF53_4D42), Some("cifs"));
+        // As a sign-extended 32-bit value, as some libcs report it.
+        assert_eq!(network_filesystem(0xFFFF_FFFF_FF53_4D42), Some("cifs"));
+        assert_eq!(network_filesystem(0xEF53), None); // ext4
+        assert_eq!(network_filesystem(0x0102_1994), None); // tmpfs
+        assert_eq!(network_filesystem(0x9123_683E), None); // btrfs
+        assert_eq!(network_filesystem(0x794C_7630), None); // overlayfs
+    }
+
+    #[test]
+    fn network_filesystem_error_says_what_to_do() {
+        let e = LockError::NetworkFilesystem {
+            path: "/mnt/share/app.lock".into(),
+            fs: "nfs",
+        };
+        let text = e.to_string();
+        assert!(
+            text.contains("/mnt/share/app.lock")
+                && text.contains("nfs")
+                && text.contains("local disk"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn holder_record_round_trips() {
+        let h = LockHolder::current();
+        assert_eq!(LockHolder::decode(&h.encode()), Some(h));
+        assert_eq!(LockHolder::decode(""), None);
+        assert_eq!(LockHolder::decode("pid=notanumber\n"), None);
+    }
+}

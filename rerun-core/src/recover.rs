@@ -1,0 +1,194 @@
+//! Converge on startup: find the claims whose holder is gone and bring them to a known state.
+//!
+//! A process that dies mid-body leaves its claim in progress. The next call of the same key
+//! heals it anyway (it takes the claim over), but a key that is never called again keeps a
+//! stale record, and an operator wants to know what the crash left behind. [`recover`] scans
+//! every record once, at startup or from a periodic job:
+//!
+//! | record | recover does |
+//! |---|---|
+//! | in progress, holder provably dead or lease run out, replayable | releases it: the next call runs afresh |
+//! | in progress, holder provably dead or lease run out, `once` | marks its outcome unknown: the next call reconciles or refuses |
+//! | in progress, holder alive and lease live | nothing (a running holder is never stolen from) |
+//! | completed past its ttl | deletes it |
+//!
+//! Every change is fenced on the record's current fence, so two recoveries at once, a recovery
+//! racing a takeover, or a recovery run twice all end in the same state: whoever moves a record
+//! first wins, the others see [`Error::LeaseLost`] and leave it.
+
+use std::fmt;
+
+use crate::error::Error;
+use crate::holder::Liveness;
+use crate::record::{Claim, RecordView, Status};
+use crate::store::Store;
+
+/// Records read per page of the scan.
+const PAGE: usize = 500;
+/// Expired records deleted per call of [`Store::purge_expired`].
+const PURGE_BATCH: usize = 1000;
+
+/// What [`recover`] did; its `Display` is the line [`recover`] logs.
+///
+/// ```
+/// use rerun_core::{recover, MemoryStore};
+/// let done = recover(&MemoryStore::new())?;
+/// assert!(done.changed_nothing());
+/// assert!(done.to_string().starts_with("scanned 0 records"));
+/// # Ok::<(), rerun_core::Error>(())
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Recovery {
+    /// Records read.
+    pub scanned: u64,
+    /// Stale replayable claims released (their next call runs the body afresh).
+    pub released: u64,
+    /// Stale at-most-once claims marked outcome-unknown (their next call reconciles or refuses).
+    pub marked_unknown: u64,
+    /// Records already in the unknown state, waiting for a `reconcile` function or an
+    /// operator's `forget`.
+    pub unknown: u64,
+    /// Live claims left alone: their holder runs and renews its lease.
+    pub live: u64,
+    /// Stale claims another process moved first (a concurrent recovery or a takeover).
+    pub moved_meanwhile: u64,
+    /// Completed records past their ttl, deleted.
+    pub purged: u64,
+}
+
+impl Recovery {
+    /// Whether this recovery changed nothing: a second run right after a first one.
+    pub fn changed_nothing(&self) -> bool {
+        self.released == 0 && self.marked_unknown == 0 && self.purged == 0
+    }
+}
+
+impl fmt::Display for Recovery {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "scanned {} records: released {} stale claims, marked {} unknown, purged {} expired; \
+             {} live claims left alone, {} moved by another process meanwhile, {} unknown outcomes await a decision",
+            self.scanned,
+            self.released,
+            self.marked_unknown,
+            self.purged,
+            self.live,
+            self.moved_meanwhile,
+            self.unknown
+        )
+    }
+}
+
+/// Whether an in-progress record's holder is gone: provably dead, or its lease ran out.
+fn is_stale(record: &RecordView) -> bool {
+    record.lease_remaining.is_none()
+        || record
+            .holder
+            .as_ref()
+            .is_some_and(|h| h.liveness() == Liveness::Dead)
+}
+
+/// Scans every record of `store` and brings the ones a crash left behind to a known state.
+///
+/// Run it when a service starts, or from a periodic job:
+///
+/// | record | recover does |
+/// |---|---|
+/// | in progress, holder provably dead or lease run out, replayable | releases it: the next call runs afresh |
+/// | in progress, holder provably dead or lease run out, `once` | marks its outcome unknown: the next call reconciles or refuses |
+/// | in progress, holder alive and lease live | nothing (a running holder is never stolen from) |
+/// | completed past its ttl | deletes it |
+///
+/// Every change is fenced on the record's current fence, so two recoveries at once, a recovery
+/// racing a takeover, or a recovery run twice all end in the same state: whoever moves a record
+/// first wins, the others see [`Error::LeaseLost`] and leave it (counted in
+/// [`Recovery::moved_meanwhile`]).
+///
+/// ```
+/// use std::time::Duration;
+/// use rerun_core::record::{ClaimRequest, Status};
+/// use rerun_core::{recover, Fingerprint, Holder, Key, MemoryStore, Store};
+///
+/// let store = MemoryStore::new();
+/// // A claim whose holder died: same pid as ours, but another process start time.
+/// let mut dead = Holder::current();
+/// dead.start_time += 1;
+/// let key = Key::new("jobs.resize", "img-7");
+/// store.claim(&ClaimRequest {
+///     key: &key,
+///     fingerprint: &Fingerprint::EMPTY,
+///     holder: &dead,
+///     lease: Duration::from_secs(30),
+///     once: false,
+///     steal: None,
+/// })?;
+///
+/// let first = recover(&store)?;
+/// assert_eq!(first.released, 1);
+/// assert_eq!(store.inspect(&key)?.map(|r| r.status), Some(Status::Released));
+/// assert!(recover(&store)?.changed_nothing());
+/// # Ok::<(), rerun_core::Error>(())
+/// ```
+pub fn recover<S: Store + ?Sized>(store: &S) -> Result<Recovery, Error> {
+    let mut done = Recovery::default();
+    let mut cursor: Option<String> = None;
+    loop {
+        let page = store.scan(cursor.as_deref(), PAGE)?;
+        for record in &page.records {
+            done.scanned += 1;
+            match record.status {
+                Status::InProgress if is_stale(record) => settle(store, record, &mut done)?,
+                Status::InProgress => done.live += 1,
+                Status::Unknown => done.unknown += 1,
+                Status::Completed | Status::Released => {}
+            }
+        }
+        match page.next {
+            Some(next) => cursor = Some(next),
+            None => break,
+        }
+    }
+    loop {
+        let purged = store.purge_expired(PURGE_BATCH)?;
+        done.purged += purged;
+        if purged < PURGE_BATCH as u64 {
+            break;
+        }
+    }
+    tracing::info!(store = %store.describe(), "rerun recovery: {done}");
+    Ok(done)
+}
+
+/// Releases (replayable) or marks unknown (`once`) one stale claim, fenced on its fence.
+fn settle<S: Store + ?Sized>(
+    store: &S,
+    record: &RecordView,
+    done: &mut Recovery,
+) -> Result<(), Error> {
+    let Some(holder) = record.holder.clone() else {
+        // An in-progress record always names its holder; one that does not is left for the
+        // next call of its key, which takes it over once its lease is out.
+        return Ok(());
+    };
+    let claim = Claim {
+        key: record.key.clone(),
+        fence: record.fence,
+        holder,
+        once: record.once,
+        abandoned: None,
+    };
+    let moved = if record.once {
+        store.mark_unknown(&claim)
+    } else {
+        store.release(&claim)
+    };
+    match moved {
+        Ok(()) if record.once => done.marked_unknown += 1,
+        Ok(()) => done.released += 1,
+        Err(Error::LeaseLost { .. }) => done.moved_meanwhile += 1,
+        Err(e) => return Err(e),
+    }
+    Ok(())
+}

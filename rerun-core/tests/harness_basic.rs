@@ -1,0 +1,177 @@
+//! The safe-to-rerun harness over correct operations on SQLite, in both modes.
+
+use std::path::PathBuf;
+
+use rerun_core::testing::{Effects, Mode, SafeToRerun, Verdict, WorldDir};
+use rerun_core::{Call, Error, Key, Reconciled, SqliteStore, Status, Store};
+
+/// A shop: its idempotency store, its orders on disk, and the card network's log of charges.
+struct Shop {
+    store: SqliteStore,
+    orders: PathBuf,
+    effects: Effects,
+}
+
+fn shop(dir: &WorldDir) -> Result<Shop, Error> {
+    let orders = dir.join("orders");
+    std::fs::create_dir_all(&orders).map_err(|e| Error::store(None, "creating orders", e))?;
+    Ok(Shop {
+        store: dir.sqlite_store()?,
+        orders,
+        effects: dir.effects(),
+    })
+}
+
+/// What a shop looks like: every order file, the charges made, and the store's records
+/// (status only: fences and timestamps differ between runs that converge).
+#[derive(Debug, PartialEq)]
+struct Seen {
+    orders: Vec<(String, String)>,
+    charges: usize,
+    records: Vec<(String, Option<Status>)>,
+}
+
+fn seen(shop: &Shop, keys: &[Key]) -> Seen {
+    let mut orders: Vec<(String, String)> = std::fs::read_dir(&shop.orders)
+        .map(|rd| {
+            rd.filter_map(Result::ok)
+                .map(|e| {
+                    let text = std::fs::read_to_string(e.path()).unwrap_or_default();
+                    (e.file_name().to_string_lossy().into_owned(), text)
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    orders.sort();
+    Seen {
+        orders,
+        charges: shop.effects.count("card.charged", "ord_1"),
+        records: keys
+            .iter()
+            .map(|k| {
+                let status = shop.store.inspect(k).ok().flatten().map(|r| r.status);
+                (k.to_string(), status)
+            })
+            .collect(),
+    }
+}
+
+/// Replayable: marks the order shipped. Writing a file with fixed content converges, so a
+/// body that runs again after a crash is harmless.
+fn ship(shop: &Shop) -> Result<String, Error> {
+    Call::new("shop.ship", "ord_1")
+        .payload(&("ord_1", 2u32))
+        .run(&shop.store, || {
+            let path = shop.orders.join("ord_1");
+            std::fs::write(&path, "packed").map_err(|e| Error::store(None, "packing", e))?;
+            rerun_core::checkpoint!("packed");
+            std::fs::write(&path, "shipped").map_err(|e| Error::store(None, "shipping", e))?;
+            Ok("tracking-123".to_owned())
+        })
+        .map(|o| o.value)
+}
+
+#[test]
+fn replayable_operation_converges_in_both_modes() {
+    let keys = [Key::new("shop.ship", "ord_1")];
+    let report = SafeToRerun::new("shop.ship", shop, ship, |s: &Shop| seen(s, &keys)).check();
+    println!("{report}");
+    report.assert_passed();
+    let names: Vec<String> = report.points().iter().map(|p| p.to_string()).collect();
+    assert_eq!(
+        names,
+        [
+            "rerun.claimed",
+            "rerun.body_started",
+            "packed",
+            "rerun.body_returned",
+            "rerun.recorded"
+        ]
+    );
+    // One twice-check, then every point in process and by SIGKILL.
+    assert_eq!(report.checks().len(), 1 + 2 * names.len());
+    assert!(report
+        .checks()
+        .iter()
+        .all(|c| c.verdict == Verdict::Converged));
+    println!(
+        "real-kill sweep of {} points: {:?}",
+        names.len(),
+        report.elapsed_in(Mode::RealKill)
+    );
+}
+
+/// The card network's record of a charge, which a reconcile function can ask for.
+fn charged(shop: &Shop) -> Option<String> {
+    std::fs::read_to_string(shop.orders.join("ord_1.charge")).ok()
+}
+
+/// At most once, with a reconcile function: the charge never happens twice, and a crash
+/// after it started converges by asking the card network.
+fn charge(shop: &Shop) -> Result<String, Error> {
+    Call::new("shop.charge", "ord_1")
+        .payload(&500u64)
+        .once()
+        .run_reconciled(
+            &shop.store,
+            || Ok(charged(shop).map_or(Reconciled::NotDone, Reconciled::Done)),
+            || {
+                shop.effects.record("card.charged", "ord_1");
+                std::fs::write(shop.orders.join("ord_1.charge"), "ch_1")
+                    .map_err(|e| Error::store(None, "charging", e))?;
+                rerun_core::checkpoint!("charged");
+                Ok("ch_1".to_owned())
+            },
+        )
+        .map(|o| o.value)
+}
+
+#[test]
+fn once_operation_with_reconcile_converges_in_both_modes() {
+    let keys = [Key::new("shop.charge", "ord_1")];
+    let report = SafeToRerun::new("shop.charge", shop, charge, |s: &Shop| seen(s, &keys))
+        .require_convergence()
+        .check();
+    println!("{report}");
+    report.assert_passed();
+    assert_eq!(report.points().len(), 5);
+}
+
+/// At most once, without reconcile: a crash after the claim leaves the outcome unknown, which
+/// the harness accepts (the charge happened at most once) unless convergence is required.
+fn charge_unreconciled(shop: &Shop) -> Result<String, Error> {
+    Call::new("shop.charge", "ord_1")
+        .once()
+        .run(&shop.store, || {
+            shop.effects.record("card.charged", "ord_1");
+            Ok("ch_1".to_owned())
+        })
+        .map(|o| o.value)
+}
+
+#[test]
+fn once_operation_without_reconcile_is_at_most_once() {
+    let keys = [Key::new("shop.charge", "ord_1")];
+    let report = SafeToRerun::new(
+        "shop.charge.unreconciled",
+        shop,
+        charge_unreconciled,
+        |s: &Shop| seen(s, &keys),
+    )
+    .check();
+    println!("{report}");
+    report.assert_passed();
+    let unknown: Vec<String> = report
+        .checks()
+        .iter()
+        .filter(|c| c.verdict == Verdict::OutcomeUnknown)
+        .filter_map(|c| c.point.as_ref().map(|p| format!("{} {p}", c.mode.label())))
+        .collect();
+    // Crashed after the claim and before the result was recorded: unknown, in both modes.
+    for mode in ["in process", "SIGKILL"] {
+        for point in ["rerun.claimed", "rerun.body_started", "rerun.body_returned"] {
+            assert!(unknown.contains(&format!("{mode} {point}")), "{unknown:?}");
+        }
+    }
+    assert!(report.checks().iter().all(|c| c.duplicates.is_empty()));
+}
