@@ -249,6 +249,7 @@ impl<'a> ser::Serializer for Canonical<'a> {
     fn serialize_map(self, _len: Option<usize>) -> Result<Map<'a>, FingerprintError> {
         Ok(Map {
             out: self.out,
+            scratch: Vec::new(),
             entries: Vec::new(),
             pending_key: None,
         })
@@ -323,32 +324,37 @@ impl ser::SerializeTupleVariant for Seq<'_> {
     }
 }
 
-/// Maps and structs: entries are encoded apart, then written sorted by their encoded key.
+/// Maps and structs: entries are encoded into one scratch buffer, then written sorted by their
+/// encoded key (one allocation per map, whatever its number of entries).
 struct Map<'a> {
     out: &'a mut Vec<u8>,
-    entries: Vec<(Vec<u8>, Vec<u8>)>,
-    pending_key: Option<Vec<u8>>,
+    scratch: Vec<u8>,
+    /// Per entry: where its key starts, where its value starts, where its value ends.
+    entries: Vec<(usize, usize, usize)>,
+    pending_key: Option<(usize, usize)>,
 }
 
 impl Map<'_> {
-    fn encode<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>, FingerprintError> {
-        let mut buf = Vec::with_capacity(16);
-        value.serialize(Canonical { out: &mut buf })?;
-        Ok(buf)
+    fn encode<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(usize, usize), FingerprintError> {
+        let start = self.scratch.len();
+        value.serialize(Canonical { out: &mut self.scratch })?;
+        Ok((start, self.scratch.len()))
     }
     fn field<T: Serialize + ?Sized>(&mut self, name: &'static str, value: &T) -> Res {
-        let mut k = Vec::with_capacity(name.len() + 9);
-        put_str(&mut k, b's', name.as_bytes());
-        let v = Self::encode(value)?;
-        self.entries.push((k, v));
+        let key = self.scratch.len();
+        put_str(&mut self.scratch, b's', name.as_bytes());
+        let (value_start, value_end) = self.encode(value)?;
+        self.entries.push((key, value_start, value_end));
         Ok(())
     }
     fn finish(mut self) -> Res {
-        self.entries.sort_unstable();
+        let scratch = &self.scratch;
+        self.entries
+            .sort_unstable_by(|a, b| scratch[a.0..a.1].cmp(&scratch[b.0..b.1]).then(scratch[a.1..a.2].cmp(&scratch[b.1..b.2])));
         self.out.push(b'{');
-        for (k, v) in &self.entries {
-            self.out.extend_from_slice(k);
-            self.out.extend_from_slice(v);
+        for &(key, value, end) in &self.entries {
+            self.out.extend_from_slice(&scratch[key..value]);
+            self.out.extend_from_slice(&scratch[value..end]);
         }
         self.out.push(b'}');
         Ok(())
@@ -359,16 +365,18 @@ impl ser::SerializeMap for Map<'_> {
     type Ok = ();
     type Error = FingerprintError;
     fn serialize_key<T: Serialize + ?Sized>(&mut self, key: &T) -> Res {
-        self.pending_key = Some(Self::encode(key)?);
+        self.pending_key = Some(self.encode(key)?);
         Ok(())
     }
     fn serialize_value<T: Serialize + ?Sized>(&mut self, value: &T) -> Res {
-        let k = self
+        let (key, value_start) = self
             .pending_key
             .take()
             .ok_or_else(|| FingerprintError("map value serialized before its key".into()))?;
-        let v = Self::encode(value)?;
-        self.entries.push((k, v));
+        // The key and value were encoded back to back, so the value starts where the key ended.
+        let (start, end) = self.encode(value)?;
+        debug_assert_eq!(start, value_start);
+        self.entries.push((key, start, end));
         Ok(())
     }
     fn end(self) -> Res {
