@@ -59,6 +59,8 @@ pub use store::memory::MemoryStore;
 pub use store::sqlite::SqliteStore;
 #[cfg(feature = "postgres")]
 pub use store::postgres::PostgresStore;
+#[cfg(feature = "redis")]
+pub use store::redis::RedisStore;
 pub use store::{AsyncStore, DynStore, Store};
 
 #[cfg(feature = "macros")]

@@ -1,0 +1,620 @@
+//! `RedisStore` against a real Redis (`RERUN_TEST_REDIS_URL`): the transition table, fences,
+//! expiry in Redis itself, typed errors, sync and async halves, scan.
+#![cfg(feature = "redis")]
+
+mod redis_util;
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use rerun_core::record::{ClaimRequest, ClaimResponse};
+use rerun_core::store::redis::{RedisOptions, RedisStore, SCHEMA_VERSION};
+use rerun_core::{
+    codec, AsyncStore, Call, CorruptKind, Error, Fingerprint, Holder, Key, Status, Store,
+};
+
+use redis_util::{cleanup, raw, store, unique, url};
+
+fn remote() -> Holder {
+    let mut h = Holder::current();
+    h.host = "elsewhere.invalid".into();
+    h
+}
+
+fn claim(
+    store: &RedisStore,
+    key: &Key,
+    fp: &Fingerprint,
+    holder: &Holder,
+    lease: Duration,
+    steal: Option<u64>,
+) -> ClaimResponse {
+    store
+        .claim(&ClaimRequest {
+            key,
+            fingerprint: fp,
+            holder,
+            lease,
+            once: false,
+            steal,
+        })
+        .expect("claim")
+}
+
+fn claimed(resp: ClaimResponse) -> rerun_core::record::Claim {
+    match resp {
+        ClaimResponse::Claimed(c) => c,
+        other => panic!("expected a claim, got {other:?}"),
+    }
+}
+
+fn pttl(url: &str, store: &RedisStore, key: &Key) -> i64 {
+    redis::cmd("PTTL")
+        .arg(store.record_key(key))
+        .query(&mut raw(url))
+        .expect("PTTL")
+}
+
+#[test]
+fn claim_or_fetch_follows_the_table() {
+    let Some(url) = url() else { return };
+    let name = unique("table");
+    let store = store(&url, &name);
+    let key = Key::new("billing.charge", "ord_1");
+    let fp = Fingerprint::of(&("ord_1", 500)).unwrap();
+    let other = Fingerprint::of(&("ord_1", 501)).unwrap();
+    let h = Holder::current();
+    let c = claimed(claim(&store, &key, &fp, &h, Duration::from_secs(30), None));
+    assert!(c.abandoned.is_none());
+    let view = store.inspect(&key).unwrap().unwrap();
+    assert_eq!(
+        (view.status, view.fence, view.holder.as_ref()),
+        (Status::InProgress, c.fence, Some(&h))
+    );
+    assert!(view
+        .lease_remaining
+        .is_some_and(|l| l <= Duration::from_secs(30)));
+    // A live holder: busy for the same payload, mismatch for another.
+    match claim(&store, &key, &fp, &remote(), Duration::from_secs(30), None) {
+        ClaimResponse::Busy(b) => {
+            assert_eq!((b.fence, &b.holder), (c.fence, &h));
+            assert!(b.lease_remaining > Duration::from_secs(25));
+        }
+        other => panic!("expected busy, got {other:?}"),
+    }
+    assert_eq!(
+        claim(&store, &key, &other, &h, Duration::from_secs(30), None),
+        ClaimResponse::Mismatch
+    );
+    // In progress: no expiry; an abandoned once attempt must never vanish by itself.
+    assert_eq!(pttl(&url, &store, &key), -1);
+
+    let result = codec::encode("receipt").unwrap();
+    store
+        .complete(&c, &result, Duration::from_secs(60))
+        .unwrap();
+    match claim(&store, &key, &fp, &h, Duration::from_secs(30), None) {
+        ClaimResponse::Replay(r) => assert_eq!((r.fence, r.result), (c.fence, result.clone())),
+        other => panic!("expected a replay, got {other:?}"),
+    }
+    assert_eq!(
+        claim(&store, &key, &other, &h, Duration::from_secs(30), None),
+        ClaimResponse::Mismatch
+    );
+    let view = store.inspect(&key).unwrap().unwrap();
+    assert_eq!(
+        (view.status, view.holder, view.result),
+        (Status::Completed, None, Some(result))
+    );
+    assert!(view
+        .expires_in
+        .is_some_and(|e| e <= Duration::from_secs(60) && e > Duration::from_secs(50)));
+    // Redis itself expires the completed record.
+    let ttl = pttl(&url, &store, &key);
+    assert!(ttl > 50_000 && ttl <= 60_000, "PTTL {ttl}");
+    assert_eq!(store.purge_expired(100).unwrap(), 0);
+    // Every fenced operation on a finished claim is refused.
+    for r in [
+        store.release(&c),
+        store.renew(&c, Duration::from_secs(1)),
+        store.mark_unknown(&c),
+        store.complete(&c, b"x", Duration::from_secs(1)),
+    ] {
+        assert!(matches!(r, Err(Error::LeaseLost { .. })), "{r:?}");
+    }
+    cleanup(&url, &name);
+}
+
+#[test]
+fn steal_and_lease_expiry_take_over_with_a_greater_fence() {
+    let Some(url) = url() else { return };
+    let name = unique("steal");
+    let store = store(&url, &name);
+    let key = Key::new("s", "k");
+    let fp = Fingerprint::EMPTY;
+    let c1 = claimed(claim(
+        &store,
+        &key,
+        &fp,
+        &remote(),
+        Duration::from_secs(30),
+        None,
+    ));
+    // A steal naming a fence that is not the current one is no proof.
+    assert!(matches!(
+        claim(
+            &store,
+            &key,
+            &fp,
+            &remote(),
+            Duration::from_secs(30),
+            Some(c1.fence - 1)
+        ),
+        ClaimResponse::Busy(_)
+    ));
+    let c2 = claimed(claim(
+        &store,
+        &key,
+        &fp,
+        &remote(),
+        Duration::from_millis(150),
+        Some(c1.fence),
+    ));
+    assert!(c2.fence > c1.fence);
+    let abandoned = c2.abandoned.clone().unwrap();
+    assert_eq!(
+        (
+            abandoned.fence,
+            abandoned.holder.map(|h| h.host),
+            abandoned.outcome_unknown
+        ),
+        (c1.fence, Some("elsewhere.invalid".into()), false)
+    );
+    assert!(matches!(
+        store.complete(&c1, b"zombie", Duration::from_secs(5)),
+        Err(Error::LeaseLost { .. })
+    ));
+    // The lease is judged on Redis' clock: after 150 ms it is out and the next claim takes over.
+    std::thread::sleep(Duration::from_millis(250));
+    let c3 = claimed(claim(
+        &store,
+        &key,
+        &fp,
+        &remote(),
+        Duration::from_millis(300),
+        None,
+    ));
+    assert!(c3.fence > c2.fence && c3.abandoned.as_ref().map(|a| a.fence) == Some(c2.fence));
+    // Renewal is fenced, and extends the lease from the server's now.
+    assert!(matches!(
+        store.renew(&c2, Duration::from_secs(5)),
+        Err(Error::LeaseLost { .. })
+    ));
+    store.renew(&c3, Duration::from_secs(5)).unwrap();
+    std::thread::sleep(Duration::from_millis(400));
+    assert!(matches!(
+        claim(&store, &key, &fp, &remote(), Duration::from_secs(1), None),
+        ClaimResponse::Busy(_)
+    ));
+    cleanup(&url, &name);
+}
+
+#[test]
+fn fences_grow_across_release_forget_and_expiry() {
+    let Some(url) = url() else { return };
+    let name = unique("fences");
+    let store = store(&url, &name);
+    let key = Key::new("s", "k");
+    let fp = Fingerprint::EMPTY;
+    let h = Holder::current();
+    let lease = Duration::from_secs(30);
+    let c1 = claimed(claim(&store, &key, &fp, &h, lease, None));
+    store.release(&c1).unwrap();
+    assert_eq!(
+        store.inspect(&key).unwrap().map(|r| r.status),
+        Some(Status::Released)
+    );
+    let kept = pttl(&url, &store, &key);
+    assert!(
+        kept > 0,
+        "a released record expires rather than accumulate: PTTL {kept}"
+    );
+    let c2 = claimed(claim(&store, &key, &fp, &h, lease, None));
+    assert!(c2.fence > c1.fence);
+    store
+        .complete(&c2, &codec::encode(&1).unwrap(), Duration::from_millis(50))
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(120));
+    let exists: i64 = redis::cmd("EXISTS")
+        .arg(store.record_key(&key))
+        .query(&mut raw(&url))
+        .unwrap();
+    assert_eq!(exists, 0, "Redis removed the expired record");
+    let c3 = claimed(claim(&store, &key, &fp, &h, lease, None));
+    assert!(
+        c3.fence > c2.fence,
+        "{} after expiry vs {}",
+        c3.fence,
+        c2.fence
+    );
+    assert!(store.forget(&key).unwrap());
+    assert!(!store.forget(&key).unwrap());
+    assert!(store.inspect(&key).unwrap().is_none());
+    let c4 = claimed(claim(&store, &key, &fp, &h, lease, None));
+    assert!(c4.fence > c3.fence);
+    cleanup(&url, &name);
+}
+
+#[test]
+fn once_claims_go_unknown_and_are_never_forgotten_by_expiry() {
+    let Some(url) = url() else { return };
+    let name = unique("once");
+    let store = store(&url, &name);
+    let key = Key::new("mail", "welcome-7");
+    let fp = Fingerprint::EMPTY;
+    let h = Holder::current();
+    let req = ClaimRequest {
+        key: &key,
+        fingerprint: &fp,
+        holder: &h,
+        lease: Duration::from_secs(30),
+        once: true,
+        steal: None,
+    };
+    let c = claimed(store.claim(&req).unwrap());
+    store.mark_unknown(&c).unwrap();
+    let view = store.inspect(&key).unwrap().unwrap();
+    assert_eq!((view.status, view.once), (Status::Unknown, true));
+    assert_eq!(pttl(&url, &store, &key), -1);
+    let next = claimed(store.claim(&req).unwrap());
+    assert!(next
+        .abandoned
+        .is_some_and(|a| a.outcome_unknown && a.fence == c.fence));
+    // Through the runtime: without reconcile, an unknown outcome is reported, never rerun.
+    let again = Call::new("mail", "welcome-7")
+        .once()
+        .run(&store, || Ok::<_, Error>("sent twice".to_owned()));
+    assert!(
+        matches!(
+            again,
+            Err(Error::OutcomeUnknown { .. }) | Err(Error::InProgress { .. })
+        ),
+        "{again:?}"
+    );
+    cleanup(&url, &name);
+}
+
+#[test]
+fn a_newer_schema_is_corrupt_naming_both_versions_and_left_untouched() {
+    let Some(url) = url() else { return };
+    let name = unique("schema");
+    let store = store(&url, &name);
+    let key = Key::new("s", "from-the-future");
+    let rk = store.record_key(&key);
+    let mut conn = raw(&url);
+    let newer = SCHEMA_VERSION + 1;
+    let _: () = redis::cmd("HSET")
+        .arg(&rk)
+        .arg("v")
+        .arg(newer)
+        .arg("st")
+        .arg("sealed")
+        .arg("fe")
+        .arg(9)
+        .query(&mut conn)
+        .unwrap();
+    let before: Vec<(String, String)> = redis::cmd("HGETALL").arg(&rk).query(&mut conn).unwrap();
+    let fp = Fingerprint::EMPTY;
+    let h = Holder::current();
+    let err = store
+        .claim(&ClaimRequest {
+            key: &key,
+            fingerprint: &fp,
+            holder: &h,
+            lease: Duration::from_secs(1),
+            once: false,
+            steal: None,
+        })
+        .unwrap_err();
+    match &err {
+        Error::Corrupt {
+            kind: CorruptKind::UnknownVersion { found, supported },
+            ..
+        } => {
+            assert_eq!((*found, *supported), (newer, SCHEMA_VERSION));
+        }
+        other => panic!("expected Corrupt(UnknownVersion), got {other:?}"),
+    }
+    assert!(
+        err.to_string().contains(&format!("version {newer}")),
+        "{err}"
+    );
+    assert!(matches!(store.inspect(&key), Err(Error::Corrupt { .. })));
+    let ran = Call::new("s", "from-the-future").run(&store, || Ok::<_, Error>(1));
+    assert!(matches!(ran, Err(Error::Corrupt { .. })), "{ran:?}");
+    let after: Vec<(String, String)> = redis::cmd("HGETALL").arg(&rk).query(&mut conn).unwrap();
+    assert_eq!(before, after);
+    // Only an explicit forget lets the key run again.
+    assert!(store.forget(&key).unwrap());
+    assert_eq!(
+        Call::new("s", "from-the-future")
+            .run(&store, || Ok::<_, Error>(1))
+            .unwrap()
+            .value,
+        1
+    );
+    cleanup(&url, &name);
+}
+
+#[test]
+fn another_type_at_the_key_is_corrupt() {
+    let Some(url) = url() else { return };
+    let name = unique("wrongtype");
+    let store = store(&url, &name);
+    let key = Key::new("s", "k");
+    let _: () = redis::cmd("SET")
+        .arg(store.record_key(&key))
+        .arg("not a record")
+        .query(&mut raw(&url))
+        .unwrap();
+    let ran = Call::new("s", "k").run(&store, || Ok::<_, Error>(1));
+    assert!(matches!(ran, Err(Error::Corrupt { .. })), "{ran:?}");
+    assert!(matches!(store.inspect(&key), Err(Error::Corrupt { .. })));
+    assert!(store.forget(&key).unwrap());
+    assert!(Call::new("s", "k")
+        .run(&store, || Ok::<_, Error>(1))
+        .is_ok());
+    cleanup(&url, &name);
+}
+
+#[test]
+fn too_large_is_a_typed_error_before_anything_is_written() {
+    let Some(url) = url() else { return };
+    let name = unique("large");
+    let store = RedisStore::connect_with(
+        &url,
+        RedisOptions::new()
+            .prefix(format!("{name}:"))
+            .max_value_bytes(1024),
+    )
+    .unwrap();
+    assert_eq!(store.max_value_bytes(), 1024);
+    let big_key = Key::new("s", &"k".repeat(2000));
+    let fp = Fingerprint::EMPTY;
+    let h = Holder::current();
+    let err = store
+        .claim(&ClaimRequest {
+            key: &big_key,
+            fingerprint: &fp,
+            holder: &h,
+            lease: Duration::from_secs(1),
+            once: false,
+            steal: None,
+        })
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::Codec {
+                what: "the key",
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(!err.is_retryable());
+    let exists: i64 = redis::cmd("EXISTS")
+        .arg(store.record_key(&big_key))
+        .query(&mut raw(&url))
+        .unwrap();
+    assert_eq!(exists, 0);
+    // A result over the limit: Codec, the claim given back, nothing recorded.
+    let r = Call::new("s", "big-result").run(&store, || Ok::<_, Error>("x".repeat(4096)));
+    assert!(
+        matches!(
+            r,
+            Err(Error::Codec {
+                what: "the result",
+                ..
+            })
+        ),
+        "{r:?}"
+    );
+    assert_eq!(
+        store
+            .inspect(&Key::new("s", "big-result"))
+            .unwrap()
+            .map(|r| r.status),
+        Some(Status::Released)
+    );
+    cleanup(&url, &name);
+}
+
+#[test]
+fn connect_errors_are_typed_and_hide_the_password() {
+    // Nothing listens on port 1: no server needed.
+    let err = RedisStore::connect("redis://:hunter2@127.0.0.1:1/0").unwrap_err();
+    let text = err.to_string();
+    assert!(
+        matches!(err, Error::Store { .. }) && err.is_retryable(),
+        "{err:?}"
+    );
+    assert!(
+        text.contains("redis://:***@127.0.0.1:1/0") && !text.contains("hunter2"),
+        "{text}"
+    );
+    let err = RedisStore::connect("redis://:hunter2@[nonsense").unwrap_err();
+    assert!(
+        matches!(err, Error::Config { .. }) && !err.to_string().contains("hunter2"),
+        "{err:?}"
+    );
+    let err = RedisStore::connect_with("redis://127.0.0.1:1", RedisOptions::new().prefix("a{b}:"))
+        .unwrap_err();
+    assert!(matches!(err, Error::Config { .. }), "{err:?}");
+    let err = rerun_core::open_url("redis://:hunter2@127.0.0.1:1")
+        .err()
+        .unwrap();
+    assert!(!err.to_string().contains("hunter2"));
+}
+
+#[test]
+fn the_global_store_url_selects_redis_with_its_prefix() {
+    let Some(url) = url() else { return };
+    let name = unique("global");
+    let sep = if url.contains('?') { '&' } else { '?' };
+    let store = rerun_core::open_url(&format!("{url}{sep}prefix={name}:")).unwrap();
+    assert!(
+        store.describe().contains(&format!("{name}:")),
+        "{}",
+        store.describe()
+    );
+    assert_eq!(
+        Call::new("s", "k")
+            .run(&*store, || Ok::<_, Error>(3))
+            .unwrap()
+            .value,
+        3
+    );
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{name}:*"))
+        .query(&mut raw(&url))
+        .unwrap();
+    assert_eq!(keys.len(), 1, "{keys:?}");
+    assert!(
+        keys[0].starts_with(&format!("{name}:{{s:")) && keys[0].ends_with('}'),
+        "{keys:?}"
+    );
+    cleanup(&url, &name);
+}
+
+#[test]
+fn scan_pages_through_every_record_and_skips_tombstones() {
+    let Some(url) = url() else { return };
+    let name = unique("scan");
+    let store = store(&url, &name);
+    let mut expected = BTreeSet::new();
+    for i in 0..25 {
+        let key = Key::new("scan", &i);
+        Call::new("scan", &i)
+            .run(&store, || Ok::<_, Error>(i))
+            .unwrap();
+        expected.insert(key);
+    }
+    let h = Holder::current();
+    let fp = Fingerprint::EMPTY;
+    let live = Key::new("scan.live", "x");
+    claimed(claim(&store, &live, &fp, &h, Duration::from_secs(30), None));
+    expected.insert(live);
+    let gone = Key::new("scan", &0);
+    store.forget(&gone).unwrap();
+    expected.remove(&gone);
+    let mut seen = BTreeSet::new();
+    let mut cursor: Option<String> = None;
+    let mut pages = 0;
+    loop {
+        let page = store.scan(cursor.as_deref(), 7).unwrap();
+        pages += 1;
+        seen.extend(page.records.into_iter().map(|r| r.key));
+        match page.next {
+            Some(next) => cursor = Some(next),
+            None => break,
+        }
+        assert!(pages < 1000, "scan does not end");
+    }
+    assert_eq!(seen, expected);
+    assert!(matches!(
+        store.scan(Some("not a cursor"), 5),
+        Err(Error::Config { .. })
+    ));
+    cleanup(&url, &name);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connect_and_call_inside_a_runtime_sync_and_async() {
+    let Some(url) = url() else { return };
+    let name = unique("in-runtime");
+    // Connecting is a plain function: it works inside a runtime too.
+    let store = store(&url, &name);
+    let first = Call::new("s", "k")
+        .run_async(&store, async { Ok::<_, Error>(5) })
+        .await
+        .unwrap();
+    let again = Call::new("s", "k")
+        .run_async(&store, async { Ok::<_, Error>(6) })
+        .await
+        .unwrap();
+    assert_eq!(
+        (first.value, first.replayed, again.value, again.replayed),
+        (5, false, 5, true)
+    );
+    // The sync half, from a blocking thread of the same runtime.
+    let s2 = store.clone();
+    let sync =
+        tokio::task::spawn_blocking(move || Call::new("s", "k").run(&s2, || Ok::<_, Error>(7)))
+            .await
+            .unwrap()
+            .unwrap();
+    assert_eq!((sync.value, sync.replayed), (5, true));
+    cleanup(&url, &name);
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn connect_inside_a_current_thread_runtime() {
+    let Some(url) = url() else { return };
+    let name = unique("current-thread");
+    let store = store(&url, &name);
+    let out = Call::new("s", "k")
+        .run_async(&store, async { Ok::<_, Error>("x".to_owned()) })
+        .await
+        .unwrap();
+    assert!(!out.replayed);
+    cleanup(&url, &name);
+}
+
+#[test]
+fn the_async_half_outlives_the_runtime_it_started_in() {
+    let Some(url) = url() else { return };
+    let name = unique("runtimes");
+    let store = store(&url, &name);
+    for i in 0..3 {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let out = rt
+            .block_on(Call::new("s", "k").run_async(&store, async { Ok::<_, Error>(1) }))
+            .unwrap_or_else(|e| panic!("runtime {i}: {e}"));
+        assert_eq!((out.value, out.replayed), (1, i > 0));
+        drop(rt);
+    }
+    // Outside any tokio runtime the async half falls back to the sync one.
+    let out = block_on(store.claim_async(&ClaimRequest {
+        key: &Key::new("s", "k"),
+        fingerprint: &Fingerprint::EMPTY,
+        holder: &Holder::current(),
+        lease: Duration::from_secs(1),
+        once: false,
+        steal: None,
+    }));
+    assert!(matches!(out, Ok(ClaimResponse::Replay(_))), "{out:?}");
+    cleanup(&url, &name);
+}
+
+/// A minimal executor that is not tokio.
+fn block_on<F: std::future::Future>(fut: F) -> F::Output {
+    struct Unpark(std::thread::Thread);
+    impl std::task::Wake for Unpark {
+        fn wake(self: std::sync::Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = std::task::Waker::from(std::sync::Arc::new(Unpark(std::thread::current())));
+    let mut cx = std::task::Context::from_waker(&waker);
+    let mut fut = std::pin::pin!(fut);
+    loop {
+        if let std::task::Poll::Ready(v) = fut.as_mut().poll(&mut cx) {
+            return v;
+        }
+        std::thread::park();
+    }
+}
