@@ -432,91 +432,9 @@ pub mod __private {
         Some(std::boxed::Box::new(result))
     }
 
-    /// The global store as a sized type. An `async` function's future holds its store across
-    /// `.await`s; with the store as a trait object (`&dyn DynStore`) the compiler cannot prove
-    /// that future `Send`, with this wrapper it can, so annotated async functions on the global
-    /// store can be spawned.
-    pub struct GlobalStore(&'static dyn DynStore);
-
-    static GLOBAL_SIZED: std::sync::OnceLock<GlobalStore> = std::sync::OnceLock::new();
-
     /// The global store (see `rerun_core::global`), for functions without `store = …`.
     #[inline]
-    pub fn global() -> Result<&'static GlobalStore, Error> {
-        if let Some(store) = GLOBAL_SIZED.get() {
-            return Ok(store);
-        }
-        let store = crate::global()?;
-        Ok(GLOBAL_SIZED.get_or_init(|| GlobalStore(store)))
-    }
-
-    mod global_store_impl {
-        use std::sync::Arc;
-        use std::time::Duration;
-
-        use super::GlobalStore;
-        use crate::error::Error;
-        use crate::key::Key;
-        use crate::record::{Claim, ClaimRequest, ClaimResponse, RecordView};
-        use crate::store::{AsyncStore, ScanPage, Store, StoreFuture};
-
-        impl Store for GlobalStore {
-            fn claim(&self, req: &ClaimRequest<'_>) -> Result<ClaimResponse, Error> {
-                self.0.claim(req)
-            }
-            fn complete(&self, claim: &Claim, result: &[u8], ttl: Duration) -> Result<(), Error> {
-                self.0.complete(claim, result, ttl)
-            }
-            fn release(&self, claim: &Claim) -> Result<(), Error> {
-                self.0.release(claim)
-            }
-            fn renew(&self, claim: &Claim, lease: Duration) -> Result<(), Error> {
-                self.0.renew(claim, lease)
-            }
-            fn mark_unknown(&self, claim: &Claim) -> Result<(), Error> {
-                self.0.mark_unknown(claim)
-            }
-            fn forget(&self, key: &Key) -> Result<bool, Error> {
-                self.0.forget(key)
-            }
-            fn inspect(&self, key: &Key) -> Result<Option<RecordView>, Error> {
-                self.0.inspect(key)
-            }
-            fn scan(&self, cursor: Option<&str>, limit: usize) -> Result<ScanPage, Error> {
-                self.0.scan(cursor, limit)
-            }
-            fn purge_expired(&self, limit: usize) -> Result<u64, Error> {
-                self.0.purge_expired(limit)
-            }
-            fn shared(&self) -> Arc<dyn Store> {
-                self.0.shared()
-            }
-            fn describe(&self) -> String {
-                self.0.describe()
-            }
-        }
-
-        impl AsyncStore for GlobalStore {
-            fn claim_async<'a>(
-                &'a self,
-                req: &'a ClaimRequest<'a>,
-            ) -> StoreFuture<'a, ClaimResponse> {
-                self.0.claim_async(req)
-            }
-            fn complete_async<'a>(
-                &'a self,
-                claim: &'a Claim,
-                result: &'a [u8],
-                ttl: Duration,
-            ) -> StoreFuture<'a, ()> {
-                self.0.complete_async(claim, result, ttl)
-            }
-            fn release_async<'a>(&'a self, claim: &'a Claim) -> StoreFuture<'a, ()> {
-                self.0.release_async(claim)
-            }
-            fn mark_unknown_async<'a>(&'a self, claim: &'a Claim) -> StoreFuture<'a, ()> {
-                self.0.mark_unknown_async(claim)
-            }
-        }
+    pub fn global() -> Result<&'static dyn DynStore, Error> {
+        crate::global()
     }
 }

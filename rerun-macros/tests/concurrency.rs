@@ -55,7 +55,7 @@ fn sixteen_threads_times_a_thousand_calls_sqlite() {
     sixteen_threads_one_key(&SqliteStore::open(dir.path().join("c.sqlite3")).unwrap());
 }
 
-fn many_tasks_one_key<S: AsyncStore>(store: Arc<S>) {
+fn many_tasks_one_key<S: AsyncStore + 'static>(store: Arc<S>) {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(4)
         .enable_all()
