@@ -47,11 +47,6 @@ fn postgres_store_conforms() {
         url,
         tables: Mutex::new(Vec::new()),
     };
-    if std::env::var_os("RERUN_CONFORMANCE_ROLE").is_some() {
-        // A child's first line would otherwise continue libtest's unterminated
-        // "test postgres_store_conforms ... " line, and the parent would not recognise it.
-        println!();
-    }
     conformance::run(&factory);
     // Children exit inside `run`; only the parent gets here and drops the tables.
 }

@@ -1,0 +1,527 @@
+//! Prints, from one run, rerun's throughput on `PostgresStore` against the raw `tokio-postgres`
+//! client running the same prepared statements with the same arguments: fresh calls (claim +
+//! complete, two round trips) and repeated calls (one claim-or-fetch round trip), with 1 and 16
+//! concurrent callers, sync (threads) and async (tasks on a 2-worker tokio runtime). The raw
+//! side gives every caller its own connection, the best case for it. Also prints rerun with 8
+//! callers against 1, and the statements per call counted by the server.
+//!
+//! `RERUN_BENCH_POSTGRES_URL=postgres://postgres@127.0.0.1:5432/test cargo bench -p rerun-core
+//! --features postgres --bench postgres_ratios`
+//!
+//! (`RERUN_TEST_POSTGRES_URL` is used when `RERUN_BENCH_POSTGRES_URL` is unset;
+//! `RERUN_BENCH_MS` sets the measuring window of each side of a cell, default 1500 ms, split in
+//! `RERUN_BENCH_ROUNDS` interleaved rounds, default 6; `RERUN_BENCH_CELLS=sync-repeated-1,...`
+//! runs only the cells named.)
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rerun_core::store::postgres::PostgresStore;
+use rerun_core::{Call, Error, Fingerprint, Holder, Key};
+use serde::{Deserialize, Serialize};
+use tokio_postgres::{Client, NoTls, Statement};
+
+/// A small result, as a typical idempotent function returns.
+#[derive(Serialize, Deserialize)]
+struct Receipt {
+    id: u64,
+    amount_cents: u64,
+    status: String,
+}
+
+fn receipt() -> Receipt {
+    Receipt {
+        id: 1,
+        amount_cents: 500,
+        status: "paid".to_owned(),
+    }
+}
+
+const LEASE_US: f64 = 30e6;
+const TTL_US: f64 = 86_400e6;
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Kind {
+    Fresh,
+    Repeated,
+}
+
+/// The raw client doing what rerun does on the wire, and nothing more.
+struct Raw {
+    client: Client,
+    claim: Statement,
+    complete: Statement,
+    fingerprint: Vec<u8>,
+    holder: String,
+    result: Vec<u8>,
+}
+
+impl Raw {
+    async fn connect(url: &str, store: &PostgresStore) -> Raw {
+        let (client, connection) = tokio_postgres::connect(url, NoTls)
+            .await
+            .expect("raw connect");
+        tokio::spawn(connection);
+        let claim = client
+            .prepare(store.statement_text("claim").expect("claim sql"))
+            .await
+            .expect("prepare");
+        let complete = client
+            .prepare(store.statement_text("complete").expect("complete sql"))
+            .await
+            .expect("prepare");
+        Raw {
+            client,
+            claim,
+            complete,
+            fingerprint: Fingerprint::EMPTY.0.to_vec(),
+            holder: Holder::current().encode(),
+            result: rerun_core::codec::encode(&receipt()).expect("encode"),
+        }
+    }
+
+    /// One call: claim-or-fetch, then (if claimed) complete.
+    async fn call(&self, key: &Key) {
+        let (scope, id) = (key.scope().as_bytes(), key.id().as_bytes());
+        let row = self
+            .client
+            .query_one(
+                &self.claim,
+                &[
+                    &scope,
+                    &id,
+                    &self.fingerprint,
+                    &self.holder,
+                    &false,
+                    &LEASE_US,
+                    &None::<i64>,
+                ],
+            )
+            .await
+            .expect("raw claim");
+        if let Some(fence) = row.get::<_, Option<i64>>(0) {
+            let n = self
+                .client
+                .execute(
+                    &self.complete,
+                    &[&scope, &id, &fence, &self.result, &TTL_US],
+                )
+                .await
+                .expect("raw complete");
+            assert_eq!(n, 1);
+        } else {
+            let result: Option<Vec<u8>> = row.get(8);
+            assert!(result.is_some(), "the raw repeated call found no result");
+        }
+    }
+}
+
+/// The key value of caller `c`'s `i`th call; repeated calls reuse one key per caller.
+fn key_value(run: u64, kind: Kind, c: usize, i: u64) -> (u64, u64, u64) {
+    match kind {
+        Kind::Fresh => (run, c as u64, i),
+        Kind::Repeated => (0, c as u64, 0),
+    }
+}
+
+fn key(scope: &'static str, run: u64, kind: Kind, c: usize, i: u64) -> Key {
+    Key::new(scope, &key_value(run, kind, c, i))
+}
+
+struct Window {
+    stop: AtomicBool,
+    ops: AtomicU64,
+}
+
+fn window() -> Arc<Window> {
+    Arc::new(Window {
+        stop: AtomicBool::new(false),
+        ops: AtomicU64::new(0),
+    })
+}
+
+static RUN: AtomicU64 = AtomicU64::new(1);
+
+/// rerun's sync half: `callers` threads calling `Call::run`.
+fn rerun_sync(store: &PostgresStore, kind: Kind, callers: usize, dur: Duration) -> (u64, Duration) {
+    let run = RUN.fetch_add(1, Ordering::Relaxed);
+    let w = window();
+    let started = Instant::now();
+    std::thread::scope(|s| {
+        for c in 0..callers {
+            let w = w.clone();
+            s.spawn(move || {
+                let mut i = 0;
+                while !w.stop.load(Ordering::Relaxed) {
+                    Call::new("rerun", &key_value(run, kind, c, i))
+                        .run(store, || Ok::<_, Error>(receipt()))
+                        .expect("rerun call");
+                    i += 1;
+                    w.ops.fetch_add(1, Ordering::Relaxed);
+                }
+            });
+        }
+        std::thread::sleep(dur);
+        w.stop.store(true, Ordering::Relaxed);
+    });
+    (w.ops.load(Ordering::Relaxed), started.elapsed())
+}
+
+/// The raw client, sync: each thread drives its own connection on its own current-thread
+/// runtime (what the blocking `postgres` crate does).
+fn raw_sync(
+    url: &str,
+    store: &PostgresStore,
+    kind: Kind,
+    callers: usize,
+    dur: Duration,
+) -> (u64, Duration) {
+    let run = RUN.fetch_add(1, Ordering::Relaxed);
+    let w = window();
+    let ready = Arc::new(std::sync::Barrier::new(callers + 1));
+    let mut started = Instant::now();
+    std::thread::scope(|s| {
+        for c in 0..callers {
+            let (w, ready) = (w.clone(), ready.clone());
+            s.spawn(move || {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .expect("rt");
+                let raw = rt.block_on(Raw::connect(url, store));
+                ready.wait();
+                let mut i = 0;
+                while !w.stop.load(Ordering::Relaxed) {
+                    rt.block_on(raw.call(&key("raw", run, kind, c, i)));
+                    i += 1;
+                    w.ops.fetch_add(1, Ordering::Relaxed);
+                }
+            });
+        }
+        ready.wait();
+        started = Instant::now();
+        std::thread::sleep(dur);
+        w.stop.store(true, Ordering::Relaxed);
+    });
+    (w.ops.load(Ordering::Relaxed), started.elapsed())
+}
+
+/// rerun's async half: `callers` tasks calling `Call::run_async`.
+fn rerun_async(
+    rt: &tokio::runtime::Runtime,
+    store: &PostgresStore,
+    kind: Kind,
+    callers: usize,
+    dur: Duration,
+) -> (u64, Duration) {
+    let run = RUN.fetch_add(1, Ordering::Relaxed);
+    let w = window();
+    rt.block_on(async {
+        let started = Instant::now();
+        let tasks: Vec<_> = (0..callers)
+            .map(|c| {
+                let (w, store) = (w.clone(), store.clone());
+                tokio::spawn(async move {
+                    let mut i = 0;
+                    while !w.stop.load(Ordering::Relaxed) {
+                        Call::new("rerun", &key_value(run, kind, c, i))
+                            .run_async(&store, async { Ok::<_, Error>(receipt()) })
+                            .await
+                            .expect("rerun call");
+                        i += 1;
+                        w.ops.fetch_add(1, Ordering::Relaxed);
+                    }
+                })
+            })
+            .collect();
+        tokio::time::sleep(dur).await;
+        w.stop.store(true, Ordering::Relaxed);
+        for t in tasks {
+            t.await.expect("task");
+        }
+        (w.ops.load(Ordering::Relaxed), started.elapsed())
+    })
+}
+
+/// The raw client, async: one connection per task, driven on the same runtime.
+fn raw_async(
+    rt: &tokio::runtime::Runtime,
+    url: &str,
+    store: &PostgresStore,
+    kind: Kind,
+    callers: usize,
+    dur: Duration,
+) -> (u64, Duration) {
+    let run = RUN.fetch_add(1, Ordering::Relaxed);
+    let w = window();
+    rt.block_on(async {
+        let mut raws = Vec::new();
+        for _ in 0..callers {
+            raws.push(Raw::connect(url, store).await);
+        }
+        let started = Instant::now();
+        let tasks: Vec<_> = raws
+            .into_iter()
+            .enumerate()
+            .map(|(c, raw)| {
+                let w = w.clone();
+                tokio::spawn(async move {
+                    let mut i = 0;
+                    while !w.stop.load(Ordering::Relaxed) {
+                        raw.call(&key("raw", run, kind, c, i)).await;
+                        i += 1;
+                        w.ops.fetch_add(1, Ordering::Relaxed);
+                    }
+                })
+            })
+            .collect();
+        tokio::time::sleep(dur).await;
+        w.stop.store(true, Ordering::Relaxed);
+        for t in tasks {
+            t.await.expect("task");
+        }
+        (w.ops.load(Ordering::Relaxed), started.elapsed())
+    })
+}
+
+/// CPU time of this process so far (all threads): the client's own cost of the calls.
+fn process_cpu() -> Duration {
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_PROCESS_CPUTIME_ID)
+        .map(Duration::from)
+        .unwrap_or_default()
+}
+
+/// One side of a cell: calls per second, and client CPU microseconds per call.
+struct Side {
+    ops: u64,
+    took: Duration,
+    cpu: Duration,
+}
+
+impl Side {
+    fn rate(&self) -> f64 {
+        self.ops as f64 / self.took.as_secs_f64()
+    }
+    fn cpu_us(&self) -> f64 {
+        self.cpu.as_secs_f64() * 1e6 / self.ops.max(1) as f64
+    }
+}
+
+/// Runs both sides in `rounds` interleaved windows and returns (rerun, raw).
+fn cell(
+    rounds: u32,
+    mut rerun: impl FnMut() -> (u64, Duration),
+    mut raw: impl FnMut() -> (u64, Duration),
+) -> (Side, Side) {
+    let zero = || Side {
+        ops: 0,
+        took: Duration::ZERO,
+        cpu: Duration::ZERO,
+    };
+    let (mut a, mut b) = (zero(), zero());
+    let run = |side: &mut Side, f: &mut dyn FnMut() -> (u64, Duration)| {
+        let cpu = process_cpu();
+        let (ops, took) = f();
+        side.cpu += process_cpu().saturating_sub(cpu);
+        side.ops += ops;
+        side.took += took;
+    };
+    // Alternate which side goes first, so neither always inherits the other's aftermath
+    // (closing connections, a checkpoint starting, a neighbour's build).
+    for round in 0..rounds {
+        if round % 2 == 0 {
+            run(&mut b, &mut raw);
+            run(&mut a, &mut rerun);
+        } else {
+            run(&mut a, &mut rerun);
+            run(&mut b, &mut raw);
+        }
+    }
+    (a, b)
+}
+
+/// Transactions the server has counted (`pg_stat_database`), read on a new connection.
+fn server_xacts(url: &str) -> u64 {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("rt");
+    rt.block_on(async {
+        let (client, connection) = tokio_postgres::connect(url, NoTls).await.expect("connect");
+        tokio::spawn(connection);
+        let row = client
+            .query_one(
+                "SELECT (xact_commit + xact_rollback)::bigint FROM pg_stat_database WHERE datname = current_database()",
+                &[],
+            )
+            .await
+            .expect("stats");
+        row.get::<_, i64>(0) as u64
+    })
+}
+
+/// Server transactions (each statement of rerun is one) spent on `n` calls through a store
+/// of its own. Backends report their statistics when they exit, so the store is dropped
+/// before counting; the constant cost of connecting is removed by the caller.
+fn xacts_for(url: &str, table: &str, n: u64, scope: &'static str, fresh: bool) -> u64 {
+    static TAG: AtomicU64 = AtomicU64::new(0);
+    let tag = TAG.fetch_add(1, Ordering::Relaxed);
+    let before = server_xacts(url);
+    let store = PostgresStore::builder(url)
+        .table(table)
+        .pool_size(1)
+        .connect()
+        .expect("connect");
+    for i in 0..n {
+        let id = if fresh { (tag, i) } else { (0, 0) };
+        Call::new(scope, &id)
+            .run(&store, || Ok::<_, Error>(receipt()))
+            .expect("call");
+    }
+    drop(store);
+    std::thread::sleep(Duration::from_millis(500));
+    server_xacts(url) - before
+}
+
+/// Statements per call: the difference between 400 and 100 calls, over 300.
+fn statements_per_call(url: &str, table: &str, fresh: bool) -> f64 {
+    let scope = if fresh { "rt_fresh" } else { "rt_repeat" };
+    if !fresh {
+        let _ = xacts_for(url, table, 1, scope, false);
+    }
+    let small = xacts_for(url, table, 100, scope, fresh);
+    let large = xacts_for(url, table, 400, scope, fresh);
+    large.saturating_sub(small) as f64 / 300.0
+}
+
+fn main() {
+    let Some(url) = std::env::var("RERUN_BENCH_POSTGRES_URL")
+        .or_else(|_| std::env::var("RERUN_TEST_POSTGRES_URL"))
+        .ok()
+        .filter(|u| !u.trim().is_empty())
+    else {
+        eprintln!("set RERUN_BENCH_POSTGRES_URL (e.g. postgres://postgres@127.0.0.1:5432/test) to run this benchmark");
+        return;
+    };
+    let window_ms: u64 = std::env::var("RERUN_BENCH_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1500);
+    // Many short interleaved windows: on a shared 2-core machine the noise between windows is
+    // larger than the difference being measured, and interleaving spreads it over both sides.
+    let rounds: u32 = std::env::var("RERUN_BENCH_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|r| *r > 0)
+        .unwrap_or(6);
+    let per_round = Duration::from_millis(window_ms / u64::from(rounds));
+    let table = format!("bench_ratios_{}", std::process::id());
+    let store = PostgresStore::builder(&url)
+        .table(&table)
+        .pool_size(16)
+        .connect()
+        .expect("connect");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("rt");
+
+    // Warm up: connections, prepared statements, the repeated keys of every caller.
+    let _ = rerun_sync(&store, Kind::Repeated, 16, Duration::from_millis(300));
+    let _ = raw_sync(&url, &store, Kind::Repeated, 16, Duration::from_millis(300));
+    let _ = rerun_async(&rt, &store, Kind::Repeated, 16, Duration::from_millis(300));
+
+    // `RERUN_BENCH_CELLS=sync-repeated-1,async-fresh-16` runs only those cells.
+    let only = std::env::var("RERUN_BENCH_CELLS").ok();
+    // Round trips: statements the server ran per call (each statement is its own transaction).
+    let per_fresh = statements_per_call(&url, &table, true);
+    let per_repeat = statements_per_call(&url, &table, false);
+
+    println!("PostgreSQL: rerun PostgresStore vs the raw tokio-postgres client, same statements ({window_ms} ms per side per cell)");
+    println!("statements (= round trips) per call, counted by the server: fresh {per_fresh:.2}, repeated {per_repeat:.2}");
+    println!();
+    println!(
+        "{:<7} {:<9} {:>7} {:>12} {:>12} {:>7} {:>16} {:>14}",
+        "api",
+        "call",
+        "callers",
+        "rerun/s",
+        "raw/s",
+        "ratio",
+        "rerun cpu us/call",
+        "raw cpu us/call"
+    );
+    for api in ["sync", "async"] {
+        for kind in [Kind::Fresh, Kind::Repeated] {
+            for callers in [1usize, 16] {
+                let name = format!("{api}-{}-{callers}", format!("{kind:?}").to_lowercase());
+                if only
+                    .as_ref()
+                    .is_some_and(|o| !o.split(',').any(|c| c == name))
+                {
+                    continue;
+                }
+                let (a, b) = match api {
+                    "sync" => cell(
+                        rounds,
+                        || rerun_sync(&store, kind, callers, per_round),
+                        || raw_sync(&url, &store, kind, callers, per_round),
+                    ),
+                    _ => cell(
+                        rounds,
+                        || rerun_async(&rt, &store, kind, callers, per_round),
+                        || raw_async(&rt, &url, &store, kind, callers, per_round),
+                    ),
+                };
+                println!(
+                    "{:<7} {:<9} {:>7} {:>12.0} {:>12.0} {:>6.2}x {:>16.1} {:>14.1}",
+                    api,
+                    format!("{kind:?}").to_lowercase(),
+                    callers,
+                    a.rate(),
+                    b.rate(),
+                    a.rate() / b.rate(),
+                    a.cpu_us(),
+                    b.cpu_us()
+                );
+            }
+        }
+    }
+    println!();
+    println!("scaling, sync: 8 callers against 1 (interleaved windows), rerun and the raw client");
+    for kind in [Kind::Fresh, Kind::Repeated] {
+        let (eight, one) = cell(
+            rounds,
+            || rerun_sync(&store, kind, 8, per_round),
+            || rerun_sync(&store, kind, 1, per_round),
+        );
+        let (raw_eight, raw_one) = cell(
+            rounds,
+            || raw_sync(&url, &store, kind, 8, per_round),
+            || raw_sync(&url, &store, kind, 1, per_round),
+        );
+        println!(
+            "{:<9} rerun: 1 caller {:>6.0}/s, 8 callers {:>6.0}/s, {:>5.2}x   raw: 1 caller {:>6.0}/s, 8 callers {:>6.0}/s, {:>5.2}x",
+            format!("{kind:?}").to_lowercase(),
+            one.rate(),
+            eight.rate(),
+            eight.rate() / one.rate(),
+            raw_one.rate(),
+            raw_eight.rate(),
+            raw_eight.rate() / raw_one.rate(),
+        );
+    }
+    drop(store);
+    let _ = rt.block_on(async {
+        let (client, connection) = tokio_postgres::connect(&url, NoTls).await.ok()?;
+        tokio::spawn(connection);
+        client
+            .batch_execute(&format!(
+                "DROP TABLE IF EXISTS \"{table}\"; DROP TABLE IF EXISTS \"{table}_meta\"; DROP SEQUENCE IF EXISTS \"{table}_fence\";"
+            ))
+            .await
+            .ok()
+    });
+}

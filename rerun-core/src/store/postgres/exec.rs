@@ -1,0 +1,433 @@
+//! The store operations, written once as `async fn`s over one [`Session`]: the sync half runs
+//! them on a connection's own runtime, the async half awaits them.
+
+use std::time::Duration;
+
+use tokio_postgres::types::ToSql;
+use tokio_postgres::Row;
+
+use crate::error::{CorruptKind, Error};
+use crate::fingerprint::Fingerprint;
+use crate::holder::Holder;
+use crate::key::Key;
+use crate::record::{
+    Abandoned, Busy, Claim, ClaimRequest, ClaimResponse, RecordView, Replay, Status,
+};
+use crate::store::postgres::pool::Session;
+use crate::store::postgres::sql::{Sql, Stmt};
+use crate::store::{decode_cursor, encode_cursor, ScanPage};
+
+/// How often a claim re-runs its statement when a concurrent claim changed the record between
+/// the statement's snapshot and its row lock. Each re-run sees a newer snapshot; running out
+/// means the key is being claimed faster than one round trip, which is a store failure.
+const CLAIM_RACES: usize = 16;
+
+/// Durations are sent as microseconds in a `float8` (exact up to 285 years); longer ones are
+/// cut to 100 years, which keeps `now() + interval` inside PostgreSQL's timestamp range.
+fn micros(d: Duration) -> f64 {
+    const CAP: u128 = 100 * 365 * 24 * 3600 * 1_000_000;
+    d.as_micros().min(CAP) as f64
+}
+
+fn duration_from_micros(us: Option<i64>) -> Option<Duration> {
+    us.map(|us| Duration::from_micros(us.max(0) as u64))
+}
+
+/// One store operation.
+pub(crate) enum Op<'a> {
+    Claim(&'a ClaimRequest<'a>),
+    Complete(&'a Claim, &'a [u8], Duration),
+    Release(&'a Claim),
+    Renew(&'a Claim, Duration),
+    MarkUnknown(&'a Claim),
+    Forget(&'a Key),
+    Inspect(&'a Key),
+    Scan(Option<&'a str>, usize),
+    Purge(usize),
+}
+
+/// What an [`Op`] returns.
+pub(crate) enum Reply {
+    Claim(ClaimResponse),
+    Done,
+    Forgot(bool),
+    Record(Option<RecordView>),
+    Page(ScanPage),
+    Purged(u64),
+}
+
+/// A driver error, and whether it broke the connection.
+pub(crate) struct Failure {
+    pub(crate) error: Error,
+    pub(crate) broken: bool,
+}
+
+impl From<Error> for Failure {
+    fn from(error: Error) -> Failure {
+        Failure {
+            error,
+            broken: false,
+        }
+    }
+}
+
+impl<'a> Op<'a> {
+    /// The key the operation concerns, for messages.
+    pub(crate) fn key(&self) -> Option<&'a Key> {
+        match self {
+            Op::Claim(r) => Some(r.key),
+            Op::Complete(c, ..) | Op::Release(c) | Op::Renew(c, _) | Op::MarkUnknown(c) => {
+                Some(&c.key)
+            }
+            Op::Forget(k) | Op::Inspect(k) => Some(k),
+            Op::Scan(..) | Op::Purge(_) => None,
+        }
+    }
+
+    /// What the operation does, in words, for messages.
+    pub(crate) fn what(&self) -> &'static str {
+        match self {
+            Op::Claim(_) => "claiming the key",
+            Op::Complete(..) => "recording the result",
+            Op::Release(_) => "releasing the claim",
+            Op::Renew(..) => "renewing the lease",
+            Op::MarkUnknown(_) => "marking the outcome unknown",
+            Op::Forget(_) => "forgetting the key",
+            Op::Inspect(_) => "reading the record",
+            Op::Scan(..) => "scanning records",
+            Op::Purge(_) => "purging expired records",
+        }
+    }
+
+    fn fail(&self, e: tokio_postgres::Error) -> Failure {
+        let broken = crate::store::postgres::pool::is_connection_error(&e);
+        Failure {
+            error: Error::store(self.key(), format!("PostgreSQL: {}: {e}", self.what()), e),
+            broken,
+        }
+    }
+}
+
+/// Runs one operation on a session.
+pub(crate) async fn exec(session: &mut Session, sql: &Sql, op: Op<'_>) -> Result<Reply, Failure> {
+    match op {
+        Op::Claim(req) => claim(session, sql, &op, req).await.map(Reply::Claim),
+        Op::Complete(c, result, ttl) => {
+            let ttl = micros(ttl);
+            fenced(session, sql, &op, Stmt::Complete, c, &[&result, &ttl]).await
+        }
+        Op::Release(c) => fenced(session, sql, &op, Stmt::Release, c, &[]).await,
+        Op::Renew(c, lease) => {
+            let lease = micros(lease);
+            fenced(session, sql, &op, Stmt::Renew, c, &[&lease]).await
+        }
+        Op::MarkUnknown(c) => fenced(session, sql, &op, Stmt::MarkUnknown, c, &[]).await,
+        Op::Forget(key) => {
+            let stmt = session
+                .statement(sql, Stmt::Forget)
+                .await
+                .map_err(|e| op.fail(e))?;
+            let n = session
+                .client
+                .execute(&stmt, &[&key.scope().as_bytes(), &key.id().as_bytes()])
+                .await
+                .map_err(|e| op.fail(e))?;
+            Ok(Reply::Forgot(n > 0))
+        }
+        Op::Inspect(key) => {
+            let stmt = session
+                .statement(sql, Stmt::Inspect)
+                .await
+                .map_err(|e| op.fail(e))?;
+            let row = session
+                .client
+                .query_opt(&stmt, &[&key.scope().as_bytes(), &key.id().as_bytes()])
+                .await
+                .map_err(|e| op.fail(e))?;
+            Ok(Reply::Record(row.map(|r| view(&r)).transpose()?))
+        }
+        Op::Scan(cursor, limit) => {
+            let after = cursor.map(decode_cursor).transpose()?;
+            let limit = limit.max(1);
+            let stmt = session
+                .statement(sql, Stmt::Scan)
+                .await
+                .map_err(|e| op.fail(e))?;
+            let (scope, id) = after
+                .as_ref()
+                .map(|k| (k.scope().as_bytes(), k.id().as_bytes()))
+                .unwrap_or((&[][..], &[][..]));
+            let from_start = after.is_none();
+            let rows = session
+                .client
+                .query(&stmt, &[&scope, &id, &from_start, &(limit as i64)])
+                .await
+                .map_err(|e| op.fail(e))?;
+            let records = rows.iter().map(view).collect::<Result<Vec<_>, _>>()?;
+            let next = (records.len() == limit)
+                .then(|| records.last().map(|r| encode_cursor(&r.key)))
+                .flatten();
+            Ok(Reply::Page(ScanPage { records, next }))
+        }
+        Op::Purge(limit) => {
+            let stmt = session
+                .statement(sql, Stmt::Purge)
+                .await
+                .map_err(|e| op.fail(e))?;
+            let limit = limit.min(i64::MAX as usize) as i64;
+            let n = session
+                .client
+                .execute(&stmt, &[&limit])
+                .await
+                .map_err(|e| op.fail(e))?;
+            Ok(Reply::Purged(n))
+        }
+    }
+}
+
+/// A fenced update: exactly one row changes, or the claim was lost.
+async fn fenced(
+    session: &mut Session,
+    sql: &Sql,
+    op: &Op<'_>,
+    which: Stmt,
+    claim: &Claim,
+    extra: &[&(dyn ToSql + Sync)],
+) -> Result<Reply, Failure> {
+    let stmt = session
+        .statement(sql, which)
+        .await
+        .map_err(|e| op.fail(e))?;
+    let fence = fence_param(&claim.key, claim.fence)?;
+    let (scope, id) = (claim.key.scope().as_bytes(), claim.key.id().as_bytes());
+    let mut params: Vec<&(dyn ToSql + Sync)> = vec![&scope, &id, &fence];
+    params.extend_from_slice(extra);
+    let n = session
+        .client
+        .execute(&stmt, &params)
+        .await
+        .map_err(|e| op.fail(e))?;
+    if n == 1 {
+        Ok(Reply::Done)
+    } else {
+        Err(Error::LeaseLost {
+            key: claim.key.clone(),
+        }
+        .into())
+    }
+}
+
+fn fence_param(key: &Key, fence: u64) -> Result<i64, Error> {
+    i64::try_from(fence).map_err(|_| {
+        Error::corrupt(
+            key,
+            CorruptKind::Record(format!("fence {fence} is beyond PostgreSQL's bigint")),
+        )
+    })
+}
+
+async fn claim(
+    session: &mut Session,
+    sql: &Sql,
+    op: &Op<'_>,
+    req: &ClaimRequest<'_>,
+) -> Result<ClaimResponse, Failure> {
+    let key = req.key;
+    let stmt = session
+        .statement(sql, Stmt::Claim)
+        .await
+        .map_err(|e| op.fail(e))?;
+    let holder = req.holder.encode();
+    let lease = micros(req.lease);
+    let steal = req.steal.map(|f| fence_param(key, f)).transpose()?;
+    let (scope, id) = (key.scope().as_bytes(), key.id().as_bytes());
+    let fingerprint = &req.fingerprint.0[..];
+    for _ in 0..CLAIM_RACES {
+        let row = session
+            .client
+            .query_one(
+                &stmt,
+                &[
+                    &scope,
+                    &id,
+                    &fingerprint,
+                    &holder,
+                    &req.once,
+                    &lease,
+                    &steal,
+                ],
+            )
+            .await
+            .map_err(|e| op.fail(e))?;
+        if let Some(answer) = answer(key, req, &row)? {
+            return Ok(answer);
+        }
+    }
+    Err(Error::store_msg(
+        Some(key),
+        format!(
+            "PostgreSQL: claiming the key: the record changed under {CLAIM_RACES} concurrent claims in a row"
+        ),
+    )
+    .into())
+}
+
+fn col<'r, T: tokio_postgres::types::FromSql<'r>>(
+    key: &Key,
+    row: &'r Row,
+    i: usize,
+) -> Result<T, Error> {
+    row.try_get(i).map_err(|e| {
+        Error::corrupt(
+            key,
+            CorruptKind::Record(format!("column {i} has an unexpected type: {e}")),
+        )
+    })
+}
+
+/// Reads the claim statement's row; `None` means a concurrent claim won the race between the
+/// snapshot and the row lock, and the statement must run again.
+fn answer(key: &Key, req: &ClaimRequest<'_>, row: &Row) -> Result<Option<ClaimResponse>, Error> {
+    let claimed: Option<i64> = col(key, row, 0)?;
+    let status: Option<String> = col(key, row, 1)?;
+    let fence: Option<i64> = col(key, row, 2)?;
+    let holder: Option<String> = col(key, row, 4)?;
+    let once: Option<bool> = col(key, row, 5)?;
+    let status = match status.as_deref() {
+        None => None,
+        Some(s) => Some(Status::parse(s).ok_or_else(|| {
+            Error::corrupt(key, CorruptKind::Record(format!("unknown status {s:?}")))
+        })?),
+    };
+    let fence = fence.map(|f| f as u64);
+    if let Some(new_fence) = claimed {
+        // The compare-and-set in the statement guarantees `cur` is the version replaced.
+        let abandoned = match (status, fence) {
+            (Some(Status::InProgress), Some(f)) => Some(Abandoned {
+                fence: f,
+                holder: holder.as_deref().and_then(Holder::decode),
+                outcome_unknown: once.unwrap_or(false),
+            }),
+            (Some(Status::Unknown), Some(f)) => Some(Abandoned {
+                fence: f,
+                holder: holder.as_deref().and_then(Holder::decode),
+                outcome_unknown: true,
+            }),
+            _ => None,
+        };
+        return Ok(Some(ClaimResponse::Claimed(Claim {
+            key: key.clone(),
+            fence: new_fence as u64,
+            holder: req.holder.clone(),
+            once: req.once,
+            abandoned,
+        })));
+    }
+    let (Some(status), Some(fence)) = (status, fence) else {
+        // Absent in the snapshot, but inserted by a concurrent claim before ours.
+        return Ok(None);
+    };
+    let same: Option<bool> = col(key, row, 3)?;
+    let lease_us: Option<i64> = col(key, row, 6)?;
+    let expired: Option<bool> = col(key, row, 7)?;
+    let result: Option<Vec<u8>> = col(key, row, 8)?;
+    Ok(match status {
+        Status::Released => None,
+        // A `once` call replays a completed record even past its ttl (decide's table).
+        Status::Completed if !req.once && expired.unwrap_or(true) => None,
+        _ if same != Some(true) => Some(ClaimResponse::Mismatch),
+        Status::Completed => match result {
+            Some(result) => Some(ClaimResponse::Replay(Replay { fence, result })),
+            None => {
+                return Err(Error::corrupt(
+                    key,
+                    CorruptKind::Record("a completed record has no result".into()),
+                ))
+            }
+        },
+        Status::Unknown => None,
+        Status::InProgress => match duration_from_micros(lease_us) {
+            Some(left) if req.steal != Some(fence) => {
+                let holder = match holder.as_deref() {
+                    Some(h) => Holder::decode(h).ok_or_else(|| {
+                        Error::corrupt(key, CorruptKind::Record(format!("malformed holder {h:?}")))
+                    })?,
+                    None => {
+                        return Err(Error::corrupt(
+                            key,
+                            CorruptKind::Record("an in-progress record has no holder".into()),
+                        ))
+                    }
+                };
+                Some(ClaimResponse::Busy(Busy {
+                    fence,
+                    holder,
+                    lease_remaining: left,
+                }))
+            }
+            _ => None,
+        },
+    })
+}
+
+/// Reads an inspect/scan row.
+fn view(row: &Row) -> Result<RecordView, Error> {
+    let scope: Vec<u8> = row.try_get(0).unwrap_or_default();
+    let id: Vec<u8> = row.try_get(1).unwrap_or_default();
+    let lossy = Key::from_parts(
+        String::from_utf8_lossy(&scope).into_owned(),
+        String::from_utf8_lossy(&id).into_owned(),
+    );
+    let key = match (String::from_utf8(scope), String::from_utf8(id)) {
+        (Ok(s), Ok(i)) => Key::from_parts(s, i),
+        _ => {
+            return Err(Error::corrupt(
+                &lossy,
+                CorruptKind::Record("the key is not UTF-8".into()),
+            ))
+        }
+    };
+    let status: String = col(&key, row, 2)?;
+    let status = Status::parse(&status).ok_or_else(|| {
+        Error::corrupt(
+            &key,
+            CorruptKind::Record(format!("unknown status {status:?}")),
+        )
+    })?;
+    let fence: i64 = col(&key, row, 3)?;
+    let fingerprint: Vec<u8> = col(&key, row, 4)?;
+    let fingerprint = Fingerprint::from_slice(&fingerprint).ok_or_else(|| {
+        Error::corrupt(
+            &key,
+            CorruptKind::Record("the fingerprint is not 32 bytes".into()),
+        )
+    })?;
+    let holder: Option<String> = col(&key, row, 5)?;
+    let holder = match holder {
+        None => None,
+        Some(h) => Some(Holder::decode(&h).ok_or_else(|| {
+            Error::corrupt(&key, CorruptKind::Record(format!("malformed holder {h:?}")))
+        })?),
+    };
+    let once: bool = col(&key, row, 6)?;
+    let lease_remaining = duration_from_micros(col(&key, row, 7)?);
+    let expires_in = duration_from_micros(col(&key, row, 8)?);
+    let result: Option<Vec<u8>> = col(&key, row, 9)?;
+    if status == Status::Completed && result.is_none() {
+        return Err(Error::corrupt(
+            &key,
+            CorruptKind::Record("a completed record has no result".into()),
+        ));
+    }
+    Ok(RecordView {
+        key,
+        status,
+        fence: fence as u64,
+        fingerprint,
+        holder,
+        once,
+        lease_remaining,
+        expires_in,
+        result,
+    })
+}

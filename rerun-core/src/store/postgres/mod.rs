@@ -1,0 +1,580 @@
+//! `PostgresStore` (feature `postgres`): records in one PostgreSQL table, shared by a fleet.
+//!
+//! Shape of the costs: a repeated call is **one** round trip (claim-or-fetch is one statement
+//! that only reads when the key is completed, mismatched or held); a fresh call is **two** (the
+//! claim, then the fenced completion). Leases and expiry are decided on the server's clock
+//! (`now()`), never the caller's. Fences come from one sequence per table, so they grow per key
+//! across release, takeover, `forget` and purging.
+//!
+//! The same store serves sync functions ([`Store`]) without any runtime of the caller's, and
+//! async functions ([`AsyncStore`]) on any executor; see the `pool` module for how each half
+//! drives its connections.
+//!
+//! The SQL, and which race each statement's shape closes, is in the `sql` module.
+
+mod exec;
+mod pool;
+mod sql;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_postgres::Config;
+
+use crate::error::Error;
+use crate::key::Key;
+use crate::record::{Claim, ClaimRequest, ClaimResponse, RecordView};
+use crate::store::{AsyncStore, ScanPage, Store, StoreFuture};
+
+use exec::{exec, Op, Reply};
+use pool::{AsyncConn, Pool, SyncConn, Target};
+use sql::{Names, Sql};
+
+pub use sql::SCHEMA_VERSION;
+
+/// The table [`PostgresStore::connect`] uses unless told otherwise.
+pub const DEFAULT_TABLE: &str = "rerun_records";
+
+/// The longest key (scope and id together, in bytes) the store accepts: PostgreSQL cannot index
+/// a primary-key entry much above 2.7 kB, so a longer key is refused before anything is written.
+pub const MAX_KEY_BYTES: usize = 2600;
+
+/// The largest result the store accepts by default: just under PostgreSQL's 1 GiB limit on one
+/// value and one protocol message.
+pub const MAX_RESULT_BYTES: usize = (1 << 30) - (1 << 20);
+
+const DEFAULT_POOL_SIZE: usize = 16;
+
+/// A store in a PostgreSQL table, for fleets of processes on many machines.
+///
+/// [`PostgresStore::connect`] creates the table if it is missing (safely when many instances
+/// start at once) and opens a pool of connections. Cloning shares the pools. The same value is
+/// both a [`Store`] (sync functions; no async runtime needed) and an [`AsyncStore`] (async
+/// functions, on any executor).
+///
+/// ```no_run
+/// use rerun_core::{Call, PostgresStore};
+///
+/// let store = PostgresStore::connect("postgres://app:secret@db.internal/app")?;
+/// let out = Call::new("billing.charge", "ord_1")
+///     .run(&store, || Ok::<_, rerun_core::Error>("charged".to_owned()))?;
+/// assert_eq!(out.value, "charged");
+/// # Ok::<(), rerun_core::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct PostgresStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    target: Target,
+    names: Names,
+    sql: Sql,
+    sync_pool: Pool<SyncConn>,
+    async_pool: Pool<AsyncConn>,
+    max_result_bytes: usize,
+}
+
+/// Options for a [`PostgresStore`], from [`PostgresStore::builder`].
+///
+/// ```no_run
+/// use rerun_core::PostgresStore;
+///
+/// let store = PostgresStore::builder("postgres://app@db.internal/app")
+///     .schema("billing")
+///     .table("charges_rerun")
+///     .pool_size(32)
+///     .connect()?;
+/// # Ok::<(), rerun_core::Error>(())
+/// ```
+#[derive(Debug, Clone)]
+#[must_use = "a builder does nothing until `connect` is called"]
+pub struct PostgresBuilder {
+    url: String,
+    table: String,
+    schema: Option<String>,
+    pool_size: usize,
+    max_result_bytes: usize,
+}
+
+impl PostgresBuilder {
+    /// The table to keep records in (default `rerun_records`). rerun also creates
+    /// `<table>_meta` (versions) and `<table>_fence` (the fence sequence) beside it. A plain
+    /// identifier: ASCII letters, digits and `_`, not starting with a digit, at most 55 bytes.
+    pub fn table(mut self, table: impl Into<String>) -> Self {
+        self.table = table.into();
+        self
+    }
+
+    /// The schema of the table (default: the first schema of the connection's `search_path`).
+    /// Created if missing. A plain identifier, as for [`PostgresBuilder::table`].
+    pub fn schema(mut self, schema: impl Into<String>) -> Self {
+        self.schema = Some(schema.into());
+        self
+    }
+
+    /// How many connections each half of the store (sync and async) opens at most
+    /// (default 16). Callers beyond that wait for a free connection.
+    pub fn pool_size(mut self, size: usize) -> Self {
+        self.pool_size = size.max(1);
+        self
+    }
+
+    /// Refuse results larger than this many bytes with [`Error::Codec`] before writing
+    /// (default and maximum [`MAX_RESULT_BYTES`]).
+    pub fn max_result_bytes(mut self, bytes: usize) -> Self {
+        self.max_result_bytes = bytes.min(MAX_RESULT_BYTES);
+        self
+    }
+
+    /// Connects, creates the schema if missing, and checks its version.
+    ///
+    /// Fails with [`Error::Config`] for a malformed URL or name, or a table written by a newer
+    /// version of rerun, and with [`Error::Store`] (naming the URL, password elided) when the
+    /// server cannot be reached.
+    pub fn connect(self) -> Result<PostgresStore, Error> {
+        let shown = crate::redact(&self.url);
+        for (what, name) in [
+            ("table", Some(&self.table)),
+            ("schema", self.schema.as_ref()),
+        ] {
+            if let Some(name) = name.filter(|n| !sql::valid_identifier(n)) {
+                return Err(Error::config(format!(
+                    "{name:?} is not a valid PostgreSQL {what} name for rerun: use ASCII letters, digits and `_`, not starting with a digit, at most 55 bytes"
+                )));
+            }
+        }
+        let mut config: Config = self.url.parse().map_err(|e| {
+            Error::config(format!("{shown} is not a PostgreSQL connection URL: {e}"))
+        })?;
+        if config.get_application_name().is_none() {
+            // Lets operators (and the fault tests) tell rerun's backends apart.
+            config.application_name("rerun");
+        }
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(Duration::from_secs(10));
+        }
+        let names = Names::new(self.schema.as_deref(), &self.table);
+        let sql = Sql::new(&names);
+        let store = PostgresStore {
+            inner: Arc::new(Inner {
+                target: Target { config, shown },
+                names,
+                sql,
+                sync_pool: Pool::new(self.pool_size),
+                async_pool: Pool::new(self.pool_size),
+                max_result_bytes: self.max_result_bytes,
+            }),
+        };
+        store.migrate()?;
+        Ok(store)
+    }
+}
+
+impl PostgresStore {
+    /// Connects to the database at `url` (`postgres://user:password@host:port/dbname`, or
+    /// libpq's `key=value` form) and keeps records in the table `rerun_records`, created if
+    /// missing.
+    ///
+    /// In the URL form, the query parameters `rerun_table` and `rerun_schema` choose the table
+    /// and schema, so that `RERUN_STORE` can name them too.
+    ///
+    /// Works with and without an async runtime around it.
+    ///
+    /// ```no_run
+    /// let store = rerun_core::PostgresStore::connect(
+    ///     "postgres://app@127.0.0.1:5432/app?rerun_table=jobs_rerun",
+    /// )?;
+    /// # Ok::<(), rerun_core::Error>(())
+    /// ```
+    pub fn connect(url: &str) -> Result<PostgresStore, Error> {
+        PostgresStore::builder(url).connect()
+    }
+
+    /// Options beyond the URL: table, schema, pool size.
+    ///
+    /// ```no_run
+    /// let store = rerun_core::PostgresStore::builder("postgres://app@127.0.0.1/app")
+    ///     .table("webhooks_rerun")
+    ///     .connect()?;
+    /// # Ok::<(), rerun_core::Error>(())
+    /// ```
+    pub fn builder(url: &str) -> PostgresBuilder {
+        let (url, params) = split_rerun_params(url);
+        let mut builder = PostgresBuilder {
+            url,
+            table: DEFAULT_TABLE.to_owned(),
+            schema: None,
+            pool_size: DEFAULT_POOL_SIZE,
+            max_result_bytes: MAX_RESULT_BYTES,
+        };
+        for (name, value) in params {
+            builder = match name.as_str() {
+                "rerun_table" => builder.table(value),
+                _ => builder.schema(value),
+            };
+        }
+        builder
+    }
+
+    /// The table, as `schema.table` or `table`.
+    pub fn table(&self) -> &str {
+        &self.inner.names.display
+    }
+
+    /// The SQL text of the claim-or-fetch (`"claim"`) and completion (`"complete"`)
+    /// statements, so that benchmarks can run the very same statements on a raw client.
+    #[doc(hidden)]
+    pub fn statement_text(&self, name: &str) -> Option<&str> {
+        let stmt = match name {
+            "claim" => sql::Stmt::Claim,
+            "complete" => sql::Stmt::Complete,
+            _ => return None,
+        };
+        Some(self.inner.sql.text(stmt))
+    }
+
+    fn migrate(&self) -> Result<(), Error> {
+        let inner = &*self.inner;
+        let mut pooled = inner.sync_pool.get(&inner.target)?;
+        let conn = pooled.conn()?;
+        let (runtime, session) = conn.parts()?;
+        let names = &inner.names;
+        let versions = SyncConn::block_on(runtime, async {
+            let client = &session.client;
+            let exists: bool = client
+                .query_one(&names.exists_query(), &[])
+                .await?
+                .try_get(0)?;
+            if !exists {
+                // One transaction under an advisory lock: instances starting together wait
+                // for the first to create everything, then find it there.
+                let lock = sql::migration_lock_id(names);
+                client
+                    .batch_execute(&format!(
+                        "BEGIN; SELECT pg_advisory_xact_lock({lock}); {ddl} COMMIT;",
+                        ddl = names.schema_ddl()
+                    ))
+                    .await?;
+            }
+            let rows = client.query(&names.versions_query(), &[]).await?;
+            rows.iter()
+                .map(|r| Ok((r.try_get::<_, String>(0)?, r.try_get::<_, i64>(1)?)))
+                .collect::<Result<Vec<_>, tokio_postgres::Error>>()
+        })?;
+        let versions = match versions {
+            Ok(v) => v,
+            Err(e) => {
+                pooled.discard();
+                return Err(Error::store(
+                    None,
+                    format!(
+                        "PostgreSQL at {}: creating or checking the rerun table {}: {e}",
+                        inner.target.shown, names.display
+                    ),
+                    e,
+                ));
+            }
+        };
+        let version = |name: &str| versions.iter().find(|(n, _)| n == name).map(|(_, v)| *v);
+        let checks = [
+            ("schema", version("schema_version"), SCHEMA_VERSION),
+            (
+                "codec",
+                version("codec_version"),
+                i64::from(crate::codec::CODEC_VERSION),
+            ),
+        ];
+        for (what, found, supported) in checks {
+            match found {
+                Some(found) if found <= supported => {}
+                Some(found) => {
+                    return Err(Error::config(format!(
+                        "the rerun table {} has {what} version {found}, newer than this build's {supported}; upgrade rerun to use it",
+                        names.display
+                    )))
+                }
+                None => {
+                    return Err(Error::config(format!(
+                        "the rerun table {} has no {what} version in {}; it was not created by rerun",
+                        names.display, names.meta
+                    )))
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn check_key(key: &Key) -> Result<(), Error> {
+        let len = key.scope().len() + key.id().len();
+        if len > MAX_KEY_BYTES {
+            return Err(Error::Codec {
+                key: key.clone(),
+                what: "the key",
+                message: format!(
+                    "it is {len} bytes; PostgreSQL indexes keys (scope and id) of at most {MAX_KEY_BYTES} bytes, so hash long key parts first"
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    fn check_result(&self, claim: &Claim, result: &[u8]) -> Result<(), Error> {
+        if result.len() > self.inner.max_result_bytes {
+            return Err(Error::Codec {
+                key: claim.key.clone(),
+                what: "the result",
+                message: format!(
+                    "it is {} bytes; this PostgresStore stores results of at most {} bytes",
+                    result.len(),
+                    self.inner.max_result_bytes
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    /// Runs an operation on a sync connection.
+    fn run(&self, op: Op<'_>) -> Result<Reply, Error> {
+        let inner = &*self.inner;
+        let key = op.key();
+        let mut pooled = inner
+            .sync_pool
+            .get(&inner.target)
+            .map_err(|e| keyed(e, key))?;
+        let conn = pooled.conn()?;
+        let (runtime, session) = conn.parts()?;
+        match SyncConn::block_on(runtime, exec(session, &inner.sql, op))? {
+            Ok(reply) => Ok(reply),
+            Err(failure) => {
+                if failure.broken {
+                    pooled.discard();
+                }
+                Err(failure.error)
+            }
+        }
+    }
+
+    /// Runs an operation on an async connection.
+    async fn run_async(&self, op: Op<'_>) -> Result<Reply, Error> {
+        let inner = &*self.inner;
+        let key = op.key();
+        let mut pooled = inner
+            .async_pool
+            .get(&inner.target)
+            .await
+            .map_err(|e| keyed(e, key))?;
+        let conn = pooled.conn()?;
+        match exec(&mut conn.session, &inner.sql, op).await {
+            Ok(reply) => Ok(reply),
+            Err(failure) => {
+                if failure.broken {
+                    pooled.discard();
+                }
+                Err(failure.error)
+            }
+        }
+    }
+}
+
+/// Adds the key to a store error that was raised before the key was known (a failed connect).
+fn keyed(e: Error, key: Option<&Key>) -> Error {
+    match e {
+        Error::Store {
+            key: None,
+            message,
+            source,
+        } => Error::Store {
+            key: key.cloned(),
+            message,
+            source,
+        },
+        other => other,
+    }
+}
+
+/// Takes rerun's own query parameters (`rerun_table`, `rerun_schema`) out of a URL, which the
+/// driver would reject as unknown options.
+fn split_rerun_params(url: &str) -> (String, Vec<(String, String)>) {
+    let Some((base, query)) = url.split_once('?').filter(|_| url.contains("://")) else {
+        return (url.to_owned(), Vec::new());
+    };
+    let mut kept = Vec::new();
+    let mut ours = Vec::new();
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        match pair.split_once('=') {
+            Some((name @ ("rerun_table" | "rerun_schema"), value)) => {
+                ours.push((name.to_owned(), value.to_owned()))
+            }
+            _ => kept.push(pair),
+        }
+    }
+    let url = if kept.is_empty() {
+        base.to_owned()
+    } else {
+        format!("{base}?{}", kept.join("&"))
+    };
+    (url, ours)
+}
+
+fn unexpected(what: &str) -> Error {
+    Error::store_msg(None, format!("PostgreSQL: {what}: unexpected reply"))
+}
+
+impl std::fmt::Debug for PostgresStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresStore")
+            .field("url", &self.inner.target.shown)
+            .field("table", &self.inner.names.display)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Maps a [`Reply`] to the type an operation returns.
+macro_rules! expect_reply {
+    ($reply:expr, $pat:pat => $out:expr, $what:expr) => {
+        match $reply {
+            $pat => Ok($out),
+            _ => Err(unexpected($what)),
+        }
+    };
+}
+
+impl Store for PostgresStore {
+    fn claim(&self, req: &ClaimRequest<'_>) -> Result<ClaimResponse, Error> {
+        PostgresStore::check_key(req.key)?;
+        expect_reply!(self.run(Op::Claim(req))?, Reply::Claim(r) => r, "claim")
+    }
+
+    fn complete(&self, claim: &Claim, result: &[u8], ttl: Duration) -> Result<(), Error> {
+        self.check_result(claim, result)?;
+        expect_reply!(self.run(Op::Complete(claim, result, ttl))?, Reply::Done => (), "complete")
+    }
+
+    fn release(&self, claim: &Claim) -> Result<(), Error> {
+        expect_reply!(self.run(Op::Release(claim))?, Reply::Done => (), "release")
+    }
+
+    fn renew(&self, claim: &Claim, lease: Duration) -> Result<(), Error> {
+        expect_reply!(self.run(Op::Renew(claim, lease))?, Reply::Done => (), "renew")
+    }
+
+    fn mark_unknown(&self, claim: &Claim) -> Result<(), Error> {
+        expect_reply!(self.run(Op::MarkUnknown(claim))?, Reply::Done => (), "mark_unknown")
+    }
+
+    fn forget(&self, key: &Key) -> Result<bool, Error> {
+        expect_reply!(self.run(Op::Forget(key))?, Reply::Forgot(b) => b, "forget")
+    }
+
+    fn inspect(&self, key: &Key) -> Result<Option<RecordView>, Error> {
+        expect_reply!(self.run(Op::Inspect(key))?, Reply::Record(r) => r, "inspect")
+    }
+
+    fn scan(&self, cursor: Option<&str>, limit: usize) -> Result<ScanPage, Error> {
+        expect_reply!(self.run(Op::Scan(cursor, limit))?, Reply::Page(p) => p, "scan")
+    }
+
+    fn purge_expired(&self, limit: usize) -> Result<u64, Error> {
+        expect_reply!(self.run(Op::Purge(limit))?, Reply::Purged(n) => n, "purge")
+    }
+
+    fn shared(&self) -> Arc<dyn Store> {
+        Arc::new(self.clone())
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "{} (table {})",
+            self.inner.target.shown, self.inner.names.display
+        )
+    }
+}
+
+impl AsyncStore for PostgresStore {
+    fn claim_async<'a>(&'a self, req: &'a ClaimRequest<'a>) -> StoreFuture<'a, ClaimResponse> {
+        Box::pin(async move {
+            PostgresStore::check_key(req.key)?;
+            expect_reply!(self.run_async(Op::Claim(req)).await?, Reply::Claim(r) => r, "claim")
+        })
+    }
+
+    fn complete_async<'a>(
+        &'a self,
+        claim: &'a Claim,
+        result: &'a [u8],
+        ttl: Duration,
+    ) -> StoreFuture<'a, ()> {
+        Box::pin(async move {
+            self.check_result(claim, result)?;
+            expect_reply!(
+                self.run_async(Op::Complete(claim, result, ttl)).await?,
+                Reply::Done => (),
+                "complete"
+            )
+        })
+    }
+
+    fn release_async<'a>(&'a self, claim: &'a Claim) -> StoreFuture<'a, ()> {
+        Box::pin(async move {
+            expect_reply!(self.run_async(Op::Release(claim)).await?, Reply::Done => (), "release")
+        })
+    }
+
+    fn mark_unknown_async<'a>(&'a self, claim: &'a Claim) -> StoreFuture<'a, ()> {
+        Box::pin(async move {
+            expect_reply!(
+                self.run_async(Op::MarkUnknown(claim)).await?,
+                Reply::Done => (),
+                "mark_unknown"
+            )
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rerun_params_are_taken_out_of_the_url() {
+        let (url, ours) =
+            split_rerun_params("postgres://u@h/db?sslmode=disable&rerun_table=t1&rerun_schema=s");
+        assert_eq!(url, "postgres://u@h/db?sslmode=disable");
+        assert_eq!(
+            ours,
+            vec![
+                ("rerun_table".to_owned(), "t1".to_owned()),
+                ("rerun_schema".to_owned(), "s".to_owned())
+            ]
+        );
+        assert_eq!(split_rerun_params("host=h dbname=d").0, "host=h dbname=d");
+        let b = PostgresStore::builder("postgres://h/db?rerun_table=x");
+        assert_eq!((b.url.as_str(), b.table.as_str()), ("postgres://h/db", "x"));
+    }
+
+    #[test]
+    fn bad_names_and_urls_are_config_errors() {
+        let err = PostgresStore::builder("postgres://127.0.0.1:1/db")
+            .table("bad-name")
+            .connect()
+            .unwrap_err();
+        assert!(matches!(err, Error::Config { .. }), "{err}");
+        let err = PostgresStore::connect("postgres://u:pw@h:notaport/db").unwrap_err();
+        assert!(matches!(err, Error::Config { .. }), "{err}");
+        assert!(!err.to_string().contains("pw"), "{err}");
+    }
+
+    #[test]
+    fn an_unreachable_server_is_a_store_error_naming_the_url() {
+        // Port 1 on loopback refuses at once.
+        let err = PostgresStore::connect("postgres://u:secret@127.0.0.1:1/db").unwrap_err();
+        assert!(
+            matches!(err, Error::Store { .. }) && err.is_retryable(),
+            "{err}"
+        );
+        let text = err.to_string();
+        assert!(text.contains("postgres://u:***@127.0.0.1:1/db"), "{text}");
+        assert!(!text.contains("secret"), "{text}");
+    }
+}

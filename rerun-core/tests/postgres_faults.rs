@@ -1,0 +1,272 @@
+//! PostgresStore under faults: a connection killed mid-call (`pg_terminate_backend`), a holder
+//! SIGKILLed mid-body (fast takeover), a holder SIGSTOPped past its lease (its completion gets
+//! `LeaseLost`; the successor's result stays).
+//!
+//! `RERUN_TEST_POSTGRES_URL=postgres://postgres@127.0.0.1:5432/test cargo test -p rerun-core
+//! --features postgres,testing --test postgres_faults`
+#![cfg(all(feature = "postgres", feature = "testing"))]
+
+mod postgres_common;
+
+use std::io::{BufRead, BufReader};
+use std::process::Child;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use postgres_common::{child, claimed, request, terminate_waiting, url, with_param, Side, Table};
+use rerun_core::record::{ClaimResponse, Status};
+use rerun_core::store::postgres::PostgresStore;
+use rerun_core::{codec, AsyncStore, Call, Error, Fingerprint, Holder, Key, Options, Store};
+
+const LONG: Duration = Duration::from_secs(60);
+const ROLE: &str = "RERUN_PG_FAULT_ROLE";
+
+fn assert_retryable_store_error(e: &Error, key: &Key) {
+    assert!(
+        matches!(e, Error::Store { .. }) && e.is_retryable() && e.key() == Some(key),
+        "expected a retryable store error for {key}, got {e:?}"
+    );
+}
+
+#[test]
+fn killed_connection_mid_call_is_a_retryable_store_error_then_converges() {
+    let Some(url) = url() else { return };
+    let app = format!("rerun_kill_{}", std::process::id());
+    let table = postgres_common::unique_table("kill");
+    let _t = Table {
+        url: url.clone(),
+        name: table.clone(),
+    };
+    let store = PostgresStore::builder(&with_param(&url, &format!("application_name={app}")))
+        .table(&table)
+        .connect()
+        .unwrap();
+    let side = Side::connect(&url);
+    let fp = Fingerprint::of(&"payload").unwrap();
+    let h = Holder::current();
+    let key = Key::new("fault", "complete");
+    let c1 = claimed(store.claim(&request(&key, &fp, &h, LONG)));
+    let lock_row = format!("BEGIN; SELECT 1 FROM \"{table}\" FOR UPDATE");
+
+    // 1. The completion blocks on a row lock; its backend is terminated while it waits.
+    side.exec(&lock_row);
+    let err = std::thread::scope(|s| {
+        let call = s.spawn(|| store.complete(&c1, b"done", LONG));
+        terminate_waiting(&url, &app);
+        call.join().unwrap().unwrap_err()
+    });
+    assert_retryable_store_error(&err, &key);
+    side.exec("ROLLBACK");
+    // The killed statement did not commit: the claim is still held, and a retry completes it.
+    assert_eq!(
+        store.inspect(&key).unwrap().unwrap().status,
+        Status::InProgress
+    );
+    store.complete(&c1, b"done", LONG).unwrap();
+    match store
+        .claim(&request(&key, &fp, &Holder::current(), LONG))
+        .unwrap()
+    {
+        ClaimResponse::Replay(r) => assert_eq!(r.result, b"done"),
+        other => panic!("{other:?}"),
+    }
+
+    // 2. A claim killed while it waits: nothing was claimed, and the retry claims with a
+    //    larger fence.
+    let key2 = Key::new("fault", "claim");
+    let c2 = claimed(store.claim(&request(&key2, &fp, &h, LONG)));
+    store.release(&c2).unwrap();
+    side.exec(&lock_row);
+    let err = std::thread::scope(|s| {
+        let call = s.spawn(|| store.claim(&request(&key2, &fp, &h, LONG)));
+        terminate_waiting(&url, &app);
+        call.join().unwrap().unwrap_err()
+    });
+    assert_retryable_store_error(&err, &key2);
+    side.exec("ROLLBACK");
+    assert_eq!(
+        store.inspect(&key2).unwrap().unwrap().status,
+        Status::Released
+    );
+    let c3 = claimed(store.claim(&request(&key2, &fp, &h, LONG)));
+    assert!(c3.fence > c2.fence);
+
+    // 3. The async half: the same fault, the same typed error, the same convergence.
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    side.exec(&lock_row);
+    let err = std::thread::scope(|s| {
+        let call = s.spawn(|| rt.block_on(store.complete_async(&c3, b"async", LONG)));
+        terminate_waiting(&url, &app);
+        call.join().unwrap().unwrap_err()
+    });
+    assert_retryable_store_error(&err, &key2);
+    side.exec("ROLLBACK");
+    rt.block_on(store.complete_async(&c3, b"async", LONG))
+        .unwrap();
+    assert_eq!(
+        store.inspect(&key2).unwrap().unwrap().result.as_deref(),
+        Some(&b"async"[..])
+    );
+
+    // 4. Through the runtime: a call whose claim is killed returns the typed store error and
+    //    runs no body; the rerun runs it once, and the next call replays.
+    let runtime_key = Key::new("fault", "runtime");
+    let c4 = claimed(store.claim(&request(&runtime_key, &Fingerprint::EMPTY, &h, LONG)));
+    store.release(&c4).unwrap();
+    side.exec(&lock_row);
+    let mut bodies = 0;
+    let err = std::thread::scope(|s| {
+        let call = s.spawn(|| {
+            Call::new("fault", "runtime").run(&store, || {
+                bodies += 1;
+                Ok::<_, Error>(5)
+            })
+        });
+        terminate_waiting(&url, &app);
+        call.join().unwrap().unwrap_err()
+    });
+    assert_retryable_store_error(&err, &runtime_key);
+    side.exec("ROLLBACK");
+    let out = Call::new("fault", "runtime")
+        .run(&store, || {
+            bodies += 1;
+            Ok::<_, Error>(5)
+        })
+        .unwrap();
+    assert_eq!((out.value, bodies), (5, 1));
+    assert!(
+        Call::new("fault", "runtime")
+            .run(&store, || Ok::<_, Error>(6))
+            .unwrap()
+            .replayed
+    );
+}
+
+/// The child's side of the holder tests: claims `KEY` through the runtime and runs a body that
+/// announces itself and sleeps, then reports what its completion got.
+fn holder_child() {
+    let env = |k: &str| std::env::var(k).unwrap_or_default();
+    let url = env("RERUN_TEST_POSTGRES_URL");
+    let store = PostgresStore::builder(&url)
+        .table(env("RERUN_PG_FAULT_TABLE"))
+        .connect()
+        .unwrap();
+    let lease = Duration::from_millis(env("RERUN_PG_FAULT_LEASE_MS").parse().unwrap_or(30_000));
+    let body = Duration::from_millis(env("RERUN_PG_FAULT_BODY_MS").parse().unwrap_or(60_000));
+    let out = Call::new("holder", &env("RERUN_PG_FAULT_KEY"))
+        .options(Options::new().lease(lease))
+        .run(&store, || {
+            println!("STARTED");
+            std::thread::sleep(body);
+            Ok::<_, Error>("zombie".to_owned())
+        });
+    match out {
+        Ok(_) => println!("RESULT ok"),
+        Err(e) => println!("RESULT {}", e.kind_name()),
+    }
+}
+
+fn spawn_holder(
+    test: &str,
+    table: &str,
+    key: &str,
+    lease_ms: u64,
+    body_ms: u64,
+) -> (Child, impl Iterator<Item = String>) {
+    let mut cmd = child(
+        test,
+        &[
+            (ROLE, "holder".into()),
+            ("RERUN_PG_FAULT_TABLE", table.into()),
+            ("RERUN_PG_FAULT_KEY", key.into()),
+            ("RERUN_PG_FAULT_LEASE_MS", lease_ms.to_string()),
+            ("RERUN_PG_FAULT_BODY_MS", body_ms.to_string()),
+        ],
+    );
+    let mut proc = cmd.spawn().unwrap();
+    let mut lines = BufReader::new(proc.stdout.take().unwrap())
+        .lines()
+        .map_while(Result::ok);
+    for line in lines.by_ref() {
+        // libtest's "test NAME ... " may precede the child's first line.
+        if line.ends_with("STARTED") {
+            return (proc, lines);
+        }
+    }
+    let _ = proc.wait();
+    panic!("the holder child exited before its body started");
+}
+
+#[test]
+fn sigkilled_holder_is_taken_over_at_once_with_the_next_fence() {
+    if std::env::var(ROLE).is_ok() {
+        holder_child();
+        std::process::exit(0);
+    }
+    let Some(url) = url() else { return };
+    let (store, t) = postgres_common::fresh(&url, "sigkill");
+    let key = Key::new("holder", "killed");
+    // A 30 s lease: only the proof that the holder is dead allows a fast takeover.
+    let (mut proc, _lines) = spawn_holder(
+        "sigkilled_holder_is_taken_over_at_once_with_the_next_fence",
+        &t.name,
+        "killed",
+        30_000,
+        60_000,
+    );
+    let before = store.inspect(&key).unwrap().unwrap();
+    assert_eq!(before.status, Status::InProgress);
+    kill(Pid::from_raw(proc.id() as i32), Signal::SIGKILL).unwrap();
+    let _ = proc.wait();
+    let started = Instant::now();
+    let out = Call::new("holder", "killed")
+        .run(&store, || Ok::<_, Error>("successor".to_owned()))
+        .unwrap();
+    let took = started.elapsed();
+    println!("takeover of a SIGKILLed holder took {took:?}");
+    assert!(!out.replayed && out.value == "successor");
+    assert!(out.fence > before.fence);
+    assert!(took < Duration::from_secs(2), "takeover took {took:?}");
+}
+
+#[test]
+fn sigstopped_holder_past_its_lease_gets_lease_lost_and_the_successor_stays() {
+    if std::env::var(ROLE).is_ok() {
+        holder_child();
+        std::process::exit(0);
+    }
+    let Some(url) = url() else { return };
+    let (store, t) = postgres_common::fresh(&url, "sigstop");
+    let key = Key::new("holder", "stopped");
+    let (mut proc, lines) = spawn_holder(
+        "sigstopped_holder_past_its_lease_gets_lease_lost_and_the_successor_stays",
+        &t.name,
+        "stopped",
+        1_000,
+        3_000,
+    );
+    let pid = Pid::from_raw(proc.id() as i32);
+    kill(pid, Signal::SIGSTOP).unwrap();
+    let zombie_fence = store.inspect(&key).unwrap().unwrap().fence;
+    // The process exists, so only its lease (no longer renewed) can end the claim.
+    let out = Call::new("holder", "stopped")
+        .options(Options::new().wait(Duration::from_secs(20)))
+        .run(&store, || Ok::<_, Error>("successor".to_owned()))
+        .unwrap();
+    assert!(!out.replayed && out.fence > zombie_fence);
+    kill(pid, Signal::SIGCONT).unwrap();
+    let report: Vec<String> = lines
+        .filter_map(|l| l.find("RESULT").map(|i| l[i..].to_owned()))
+        .collect();
+    let _ = proc.wait();
+    assert_eq!(report, vec!["RESULT lease_lost".to_owned()]);
+    let view = store.inspect(&key).unwrap().unwrap();
+    assert_eq!((view.status, view.fence), (Status::Completed, out.fence));
+    let recorded: String = codec::decode(view.result.as_deref().unwrap()).unwrap();
+    assert_eq!(recorded, "successor");
+}

@@ -1,0 +1,589 @@
+//! PostgresStore behaviour against a real server: the claim table of `record::decide`, fencing,
+//! the server's clock, size limits, schema creation and versions, sync and async halves.
+//!
+//! Run with `RERUN_TEST_POSTGRES_URL=postgres://postgres@127.0.0.1:5432/test cargo test -p
+//! rerun-core --features postgres,testing --test postgres_store`.
+#![cfg(all(feature = "postgres", feature = "testing"))]
+
+mod postgres_common;
+
+use std::time::Duration;
+
+use postgres_common::{claimed, fresh, psql, request, url};
+use rerun_core::record::{ClaimResponse, Status};
+use rerun_core::store::postgres::{PostgresStore, MAX_KEY_BYTES};
+use rerun_core::{AsyncStore, Call, Error, Fingerprint, Holder, Key, Store};
+
+const LONG: Duration = Duration::from_secs(60);
+
+#[test]
+fn claim_replay_mismatch_busy_and_fences() {
+    let Some(url) = url() else { return };
+    let (store, _t) = fresh(&url, "table");
+    let key = Key::new("s", "k");
+    let fp = Fingerprint::of(&1).unwrap();
+    let other = Fingerprint::of(&2).unwrap();
+    let (h1, h2) = (Holder::current(), Holder::current());
+
+    let c1 = claimed(store.claim(&request(&key, &fp, &h1, LONG)));
+    assert!(c1.abandoned.is_none());
+    match store.claim(&request(&key, &fp, &h2, LONG)).unwrap() {
+        ClaimResponse::Busy(b) => {
+            assert_eq!((b.fence, &b.holder), (c1.fence, &h1));
+            assert!(
+                b.lease_remaining > Duration::from_secs(50),
+                "{:?}",
+                b.lease_remaining
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        store.claim(&request(&key, &other, &h2, LONG)).unwrap(),
+        ClaimResponse::Mismatch
+    );
+    store.renew(&c1, LONG).unwrap();
+    store.complete(&c1, b"result", LONG).unwrap();
+    // Completed: a second completion, release or renewal is fenced out.
+    assert!(matches!(
+        store.complete(&c1, b"x", LONG),
+        Err(Error::LeaseLost { .. })
+    ));
+    assert!(matches!(store.release(&c1), Err(Error::LeaseLost { .. })));
+    assert!(matches!(
+        store.renew(&c1, LONG),
+        Err(Error::LeaseLost { .. })
+    ));
+    assert!(matches!(
+        store.mark_unknown(&c1),
+        Err(Error::LeaseLost { .. })
+    ));
+    match store.claim(&request(&key, &fp, &h2, LONG)).unwrap() {
+        ClaimResponse::Replay(r) => {
+            assert_eq!((r.fence, r.result.as_slice()), (c1.fence, &b"result"[..]))
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        store.claim(&request(&key, &other, &h2, LONG)).unwrap(),
+        ClaimResponse::Mismatch
+    );
+    let view = store.inspect(&key).unwrap().unwrap();
+    assert_eq!(view.status, Status::Completed);
+    assert!(view.expires_in.unwrap() > Duration::from_secs(50));
+    assert_eq!(view.result.as_deref(), Some(&b"result"[..]));
+
+    // Forget keeps fences growing.
+    assert!(store.forget(&key).unwrap());
+    assert!(!store.forget(&key).unwrap());
+    let c2 = claimed(store.claim(&request(&key, &other, &h2, LONG)));
+    assert!(c2.fence > c1.fence);
+    // Release: the next claim runs afresh, with any fingerprint, and a larger fence.
+    store.release(&c2).unwrap();
+    assert_eq!(
+        store.inspect(&key).unwrap().unwrap().status,
+        Status::Released
+    );
+    let c3 = claimed(store.claim(&request(&key, &fp, &h1, LONG)));
+    assert!(c3.fence > c2.fence && c3.abandoned.is_none());
+}
+
+#[test]
+fn takeover_by_lease_steal_and_unknown() {
+    let Some(url) = url() else { return };
+    let (store, _t) = fresh(&url, "takeover");
+    let key = Key::new("s", "lease");
+    let fp = Fingerprint::of(&"p").unwrap();
+    let (h1, h2) = (Holder::current(), Holder::current());
+
+    // The lease runs out on the server's clock.
+    let c1 = claimed(store.claim(&request(&key, &fp, &h1, Duration::from_millis(200))));
+    assert!(matches!(
+        store.claim(&request(&key, &fp, &h2, LONG)).unwrap(),
+        ClaimResponse::Busy(_)
+    ));
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(store
+        .inspect(&key)
+        .unwrap()
+        .unwrap()
+        .lease_remaining
+        .is_none());
+    let c2 = claimed(store.claim(&request(&key, &fp, &h2, LONG)));
+    let ab = c2.abandoned.clone().unwrap();
+    assert_eq!(
+        (ab.fence, ab.holder.as_ref(), ab.outcome_unknown),
+        (c1.fence, Some(&h1), false)
+    );
+    // The zombie is fenced out; the successor completes.
+    assert!(matches!(
+        store.complete(&c1, b"zombie", LONG),
+        Err(Error::LeaseLost { .. })
+    ));
+    assert!(matches!(
+        store.renew(&c1, LONG),
+        Err(Error::LeaseLost { .. })
+    ));
+
+    // Steal: only the current fence may be stolen, lease or not.
+    let mut steal = request(&key, &fp, &h1, LONG);
+    steal.steal = Some(c1.fence);
+    assert!(matches!(
+        store.claim(&steal).unwrap(),
+        ClaimResponse::Busy(_)
+    ));
+    steal.steal = Some(c2.fence);
+    let c3 = claimed(store.claim(&steal));
+    assert_eq!(c3.abandoned.unwrap().fence, c2.fence);
+    assert!(matches!(
+        store.complete(&c2, b"x", LONG),
+        Err(Error::LeaseLost { .. })
+    ));
+
+    // A `once` claim marked unknown is claimed again with the outcome unknown.
+    let mut once = request(&key, &fp, &h2, LONG);
+    once.steal = Some(c3.fence);
+    once.once = true;
+    let c4 = claimed(store.claim(&once));
+    assert!(c4.once);
+    store.mark_unknown(&c4).unwrap();
+    let view = store.inspect(&key).unwrap().unwrap();
+    assert_eq!((view.status, view.once), (Status::Unknown, true));
+    assert_eq!(
+        store
+            .claim(&request(
+                &key,
+                &Fingerprint::of(&"other").unwrap(),
+                &h1,
+                LONG
+            ))
+            .unwrap(),
+        ClaimResponse::Mismatch
+    );
+    let c5 = claimed(store.claim(&request(&key, &fp, &h1, LONG)));
+    let ab = c5.abandoned.unwrap();
+    assert!(ab.outcome_unknown && ab.fence == c4.fence);
+
+    // A `once` claim whose lease ran out reports its outcome unknown.
+    let key2 = Key::new("s", "once-lease");
+    let mut once = request(&key2, &fp, &h1, Duration::from_millis(100));
+    once.once = true;
+    let c6 = claimed(store.claim(&once));
+    std::thread::sleep(Duration::from_millis(200));
+    let c7 = claimed(store.claim(&request(&key2, &fp, &h2, LONG)));
+    assert_eq!(
+        c7.abandoned.unwrap(),
+        rerun_core::record::Abandoned {
+            fence: c6.fence,
+            holder: Some(h1.clone()),
+            outcome_unknown: true
+        }
+    );
+}
+
+#[test]
+fn expiry_purge_scan_on_the_server_clock() {
+    let Some(url) = url() else { return };
+    let (store, _t) = fresh(&url, "expiry");
+    let fp = Fingerprint::of(&()).unwrap();
+    let h = Holder::current();
+    let mut fences = Vec::new();
+    for i in 0..5u32 {
+        let key = Key::new("scan", &i);
+        let c = claimed(store.claim(&request(&key, &fp, &h, LONG)));
+        let ttl = if i < 3 {
+            Duration::from_millis(100)
+        } else {
+            LONG
+        };
+        store.complete(&c, b"r", ttl).unwrap();
+        fences.push(c.fence);
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    // Expired but present: claimed afresh, with another payload too.
+    let k0 = Key::new("scan", &0u32);
+    let view = store.inspect(&k0).unwrap().unwrap();
+    assert_eq!((view.status, view.expires_in), (Status::Completed, None));
+    let c = claimed(store.claim(&request(&k0, &Fingerprint::of(&9).unwrap(), &h, LONG)));
+    assert!(c.fence > *fences.iter().max().unwrap());
+    store.complete(&c, b"again", LONG).unwrap();
+
+    // Scan pages through every record in key order.
+    let mut seen = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let page = store.scan(cursor.as_deref(), 2).unwrap();
+        seen.extend(page.records.iter().map(|r| r.key.clone()));
+        match page.next {
+            Some(next) => cursor = Some(next),
+            None => break,
+        }
+    }
+    let mut want: Vec<Key> = (0..5u32).map(|i| Key::new("scan", &i)).collect();
+    want.sort();
+    assert_eq!(seen, want);
+
+    // A `once` call honours a completed record past its ttl while it exists.
+    let k1 = Key::new("scan", &1u32);
+    let mut once = request(&k1, &fp, &h, LONG);
+    once.once = true;
+    assert!(matches!(
+        store.claim(&once).unwrap(),
+        ClaimResponse::Replay(_)
+    ));
+    let other = Fingerprint::of(&"other").unwrap();
+    once.fingerprint = &other;
+    assert_eq!(store.claim(&once).unwrap(), ClaimResponse::Mismatch);
+
+    // Two expired (1 and 2) are purged; 0 was claimed again, 3 and 4 live.
+    assert_eq!(store.purge_expired(100).unwrap(), 2);
+    assert_eq!(store.purge_expired(100).unwrap(), 0);
+    assert!(store.inspect(&Key::new("scan", &1u32)).unwrap().is_none());
+    // A purged key's next claim still gets a larger fence.
+    let c = claimed(store.claim(&request(&Key::new("scan", &1u32), &fp, &h, LONG)));
+    assert!(c.fence > fences[4]);
+}
+
+#[test]
+fn keys_and_results_too_large_are_typed_and_write_nothing() {
+    let Some(url) = url() else { return };
+    let table = postgres_common::unique_table("limits");
+    let store = PostgresStore::builder(&url)
+        .table(&table)
+        .max_result_bytes(1000)
+        .connect()
+        .unwrap();
+    let _t = postgres_common::Table {
+        url: url.clone(),
+        name: table.clone(),
+    };
+    let fp = Fingerprint::of(&()).unwrap();
+    let h = Holder::current();
+    let big = Key::new("s", &"x".repeat(MAX_KEY_BYTES));
+    let err = store.claim(&request(&big, &fp, &h, LONG)).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::Codec {
+                what: "the key",
+                ..
+            }
+        ) && !err.is_retryable(),
+        "{err}"
+    );
+    assert!(store.scan(None, 10).unwrap().records.is_empty());
+    // A key just under the limit, with NUL and non-ASCII characters, round-trips.
+    let odd = Key::new("s\0cope", &format!("é\0{}", "y".repeat(MAX_KEY_BYTES - 20)));
+    let c = claimed(store.claim(&request(&odd, &fp, &h, LONG)));
+    let err = store.complete(&c, &vec![0u8; 1001], LONG).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::Codec {
+                what: "the result",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert_eq!(
+        store.inspect(&odd).unwrap().unwrap().status,
+        Status::InProgress
+    );
+    store.complete(&c, &[7u8; 1000], LONG).unwrap();
+    assert_eq!(store.scan(None, 10).unwrap().records[0].key, odd);
+    // Through the runtime: an oversized result is a Codec error and leaves no claim behind.
+    let out = Call::new("big", "k").run(&store, || Ok::<_, Error>("z".repeat(2000)));
+    assert!(matches!(out, Err(Error::Codec { .. })), "{out:?}");
+    assert_eq!(
+        store
+            .inspect(&Key::new("big", "k"))
+            .unwrap()
+            .unwrap()
+            .status,
+        Status::Released
+    );
+}
+
+#[test]
+fn runtime_calls_sync_and_async_share_records() {
+    let Some(url) = url() else { return };
+    let (store, _t) = fresh(&url, "runtime");
+    let mut runs = 0;
+    for _ in 0..3 {
+        let out = Call::new("demo", "k").run(&store, || {
+            runs += 1;
+            Ok::<_, Error>(41)
+        });
+        assert_eq!(out.unwrap().value, 41);
+    }
+    assert_eq!(runs, 1);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let store2 = store.clone();
+    let (replayed, fresh_value) = rt.block_on(async move {
+        let a = Call::new("demo", "k")
+            .run_async(&store2, async { Ok::<_, Error>(0) })
+            .await
+            .unwrap();
+        let b = Call::new("demo", "async")
+            .run_async(&store2, async { Ok::<_, Error>(7) })
+            .await
+            .unwrap();
+        // The sync half called from inside the runtime must not panic.
+        let c = Call::new("demo", "async")
+            .run(&store2, || Ok::<_, Error>(8))
+            .unwrap();
+        assert!(c.replayed && c.value == 7);
+        (a, b)
+    });
+    assert!(replayed.replayed && replayed.value == 41);
+    assert!(!fresh_value.replayed);
+    // Async claims and fenced operations directly.
+    let key = Key::new("direct", "k");
+    let fp = Fingerprint::of(&()).unwrap();
+    let h = Holder::current();
+    rt.block_on(async {
+        let c = match store
+            .claim_async(&request(&key, &fp, &h, LONG))
+            .await
+            .unwrap()
+        {
+            ClaimResponse::Claimed(c) => c,
+            other => panic!("{other:?}"),
+        };
+        store.mark_unknown_async(&c).await.unwrap();
+        assert!(matches!(
+            store.release_async(&c).await,
+            Err(Error::LeaseLost { .. })
+        ));
+    });
+}
+
+#[test]
+fn connect_and_drop_inside_a_runtime() {
+    let Some(url) = url() else { return };
+    let table = postgres_common::unique_table("inrt");
+    let _t = postgres_common::Table {
+        url: url.clone(),
+        name: table.clone(),
+    };
+    for flavor in ["current", "multi"] {
+        let rt = match flavor {
+            "current" => tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap(),
+            _ => tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .unwrap(),
+        };
+        let url = url.clone();
+        let table = table.clone();
+        rt.block_on(async move {
+            let store = PostgresStore::builder(&url)
+                .table(&table)
+                .connect()
+                .unwrap();
+            let out = Call::new("rt", flavor)
+                .run(&store, || Ok::<_, Error>(1))
+                .unwrap();
+            assert!(!out.replayed);
+            let again = Call::new("rt", flavor)
+                .run_async(&store, async { Ok::<_, Error>(2) })
+                .await
+                .unwrap();
+            assert!(again.replayed && again.value == 1);
+            drop(store);
+        });
+    }
+}
+
+#[test]
+fn many_instances_create_the_schema_at_once() {
+    let Some(url) = url() else { return };
+    let table = postgres_common::unique_table("schema");
+    let _t = postgres_common::Table {
+        url: url.clone(),
+        name: table.clone(),
+    };
+    let stores: Vec<PostgresStore> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..12)
+            .map(|_| {
+                s.spawn(|| {
+                    PostgresStore::builder(&url)
+                        .table(&table)
+                        .pool_size(2)
+                        .connect()
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap().unwrap())
+            .collect()
+    });
+    let fp = Fingerprint::of(&()).unwrap();
+    let h = Holder::current();
+    let key = Key::new("s", "k");
+    let c = claimed(stores[0].claim(&request(&key, &fp, &h, LONG)));
+    stores[0].complete(&c, b"r", LONG).unwrap();
+    for s in &stores {
+        assert!(matches!(
+            s.claim(&request(&key, &fp, &h, LONG)).unwrap(),
+            ClaimResponse::Replay(_)
+        ));
+    }
+    let versions = psql(&url, &format!("SELECT count(*) FROM \"{table}_meta\"")).unwrap();
+    assert_eq!(versions[0][0].as_deref(), Some("2"));
+}
+
+#[test]
+fn a_newer_schema_or_codec_is_refused_naming_the_versions() {
+    let Some(url) = url() else { return };
+    let (store, t) = fresh(&url, "version");
+    drop(store);
+    psql(
+        &url,
+        &format!(
+            "UPDATE \"{}_meta\" SET value = 99 WHERE name = 'schema_version'",
+            t.name
+        ),
+    )
+    .unwrap();
+    let err = PostgresStore::builder(&url)
+        .table(&t.name)
+        .connect()
+        .unwrap_err();
+    assert!(matches!(err, Error::Config { .. }), "{err}");
+    assert!(
+        err.to_string().contains("schema version 99") && err.to_string().contains("build's 1"),
+        "{err}"
+    );
+    psql(&url, &format!("UPDATE \"{}_meta\" SET value = 1 WHERE name = 'schema_version'; UPDATE \"{}_meta\" SET value = 7 WHERE name = 'codec_version'", t.name, t.name)).unwrap();
+    let err = PostgresStore::builder(&url)
+        .table(&t.name)
+        .connect()
+        .unwrap_err();
+    assert!(err.to_string().contains("codec version 7"), "{err}");
+}
+
+#[test]
+fn corrupt_rows_are_typed_and_untouched() {
+    let Some(url) = url() else { return };
+    let (store, t) = fresh(&url, "corrupt");
+    let fp = Fingerprint::of(&()).unwrap();
+    let h = Holder::current();
+    let key = Key::new("s", "k");
+    let c = claimed(store.claim(&request(&key, &fp, &h, LONG)));
+    store.complete(&c, b"r", LONG).unwrap();
+    psql(&url, &format!("UPDATE \"{}\" SET status = 'bogus'", t.name)).unwrap();
+    let err = store.claim(&request(&key, &fp, &h, LONG)).unwrap_err();
+    assert!(matches!(err, Error::Corrupt { .. }), "{err}");
+    assert!(matches!(store.inspect(&key), Err(Error::Corrupt { .. })));
+    let rows = psql(&url, &format!("SELECT status, fence FROM \"{}\"", t.name)).unwrap();
+    assert_eq!(rows[0][0].as_deref(), Some("bogus"));
+    assert!(store.forget(&key).unwrap());
+    claimed(store.claim(&request(&key, &fp, &h, LONG)));
+}
+
+#[test]
+fn table_and_schema_options_and_url_parameters() {
+    let Some(url) = url() else { return };
+    let schema = postgres_common::unique_table("schema");
+    let sep = if url.contains('?') { '&' } else { '?' };
+    let store =
+        PostgresStore::connect(&format!("{url}{sep}rerun_schema={schema}&rerun_table=recs"))
+            .unwrap();
+    assert_eq!(store.table(), format!("{schema}.recs"));
+    assert!(store.describe().contains(&format!("{schema}.recs")));
+    let out = Call::new("s", "k")
+        .run(&store, || Ok::<_, Error>(3))
+        .unwrap();
+    assert_eq!(out.value, 3);
+    let rows = psql(&url, &format!("SELECT count(*) FROM \"{schema}\".recs")).unwrap();
+    assert_eq!(rows[0][0].as_deref(), Some("1"));
+    drop(store);
+    psql(&url, &format!("DROP SCHEMA \"{schema}\" CASCADE")).unwrap();
+    let err = PostgresStore::builder(&url)
+        .schema("no;pe")
+        .connect()
+        .unwrap_err();
+    assert!(matches!(err, Error::Config { .. }));
+}
+
+#[test]
+fn rerun_store_urls_open_a_postgres_store() {
+    let Some(url) = url() else { return };
+    let table = postgres_common::unique_table("global");
+    let _t = postgres_common::Table {
+        url: url.clone(),
+        name: table.clone(),
+    };
+    let store = rerun_core::open_url(&postgres_common::with_param(
+        &url,
+        &format!("rerun_table={table}"),
+    ))
+    .unwrap();
+    assert!(store.describe().contains(&table), "{}", store.describe());
+    let out = Call::new("global", "k")
+        .run(&*store, || Ok::<_, Error>(1))
+        .unwrap();
+    assert!(!out.replayed);
+}
+
+#[test]
+fn async_connections_outlive_the_runtime_that_opened_them() {
+    let Some(url) = url() else { return };
+    let (store, _t) = fresh(&url, "runtimes");
+    for round in 0..3u32 {
+        // Each runtime opens async connections on itself, then shuts down, closing them: the
+        // next runtime must not be handed a dead one.
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let calls = (0..4u32).map(|i| {
+                let store = store.clone();
+                tokio::spawn(async move {
+                    Call::new("rt", &(round, i))
+                        .run_async(&store, async { Ok::<_, Error>(i) })
+                        .await
+                })
+            });
+            for call in calls {
+                assert!(call.await.unwrap().is_ok());
+            }
+        });
+        drop(rt);
+    }
+    // And an executor that is not tokio at all.
+    let out = park_on(Call::new("rt", "plain").run_async(&store, async { Ok::<_, Error>(9) }));
+    assert_eq!(out.unwrap().value, 9);
+}
+
+/// A minimal executor: polls on this thread, parks between wake-ups.
+fn park_on<F: std::future::Future>(fut: F) -> F::Output {
+    struct Unpark(std::thread::Thread);
+    impl std::task::Wake for Unpark {
+        fn wake(self: std::sync::Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = std::task::Waker::from(std::sync::Arc::new(Unpark(std::thread::current())));
+    let mut cx = std::task::Context::from_waker(&waker);
+    let mut fut = std::pin::pin!(fut);
+    loop {
+        if let std::task::Poll::Ready(out) = fut.as_mut().poll(&mut cx) {
+            return out;
+        }
+        std::thread::park();
+    }
+}
