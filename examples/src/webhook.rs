@@ -56,10 +56,7 @@ impl Handle for ChargeSucceeded {
     fn handle(&self) -> Result<Credited, AppError> {
         // Keyed by the event id, so a handler that dies after crediting but before rerun records
         // the result converges on the rerun instead of crediting twice.
-        ledger().insert(
-            self.id.clone(),
-            (self.customer.clone(), self.amount_cents),
-        );
+        ledger().insert(self.id.clone(), (self.customer.clone(), self.amount_cents));
         Ok(Credited {
             customer: self.customer.clone(),
             balance_cents: balances().get(&self.customer).copied().unwrap_or(0),

@@ -46,7 +46,10 @@ fn row(name: &str, ours: f64, theirs: f64) {
 
 fn main() {
     let window = Duration::from_millis(
-        std::env::var("RERUN_BENCH_MS").ok().and_then(|s| s.parse().ok()).unwrap_or(1500),
+        std::env::var("RERUN_BENCH_MS")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(1500),
     );
     if std::env::args().any(|a| a == "--list") {
         return;
@@ -61,7 +64,9 @@ fn main() {
     let theirs = rate(1, window, &|t, i| drop(base.call(id(t, i))));
     row("memory fresh, 1 caller", ours, theirs);
     let (store, base) = fresh();
-    let ours = rate(16, window, &|t, i| drop(rerun_call(&store, id(t, i), false)));
+    let ours = rate(16, window, &|t, i| {
+        drop(rerun_call(&store, id(t, i), false))
+    });
     let theirs = rate(16, window, &|t, i| drop(base.call(id(t, i))));
     row("memory fresh, 16 callers", ours, theirs);
     rerun_call(&store, 1, false);
@@ -74,17 +79,24 @@ fn main() {
     row("memory repeated, 16 callers", ours, theirs);
 
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-    let store = SqliteStore::open(dir.path().join("rerun.sqlite3")).unwrap_or_else(|e| panic!("{e}"));
+    let store =
+        SqliteStore::open(dir.path().join("rerun.sqlite3")).unwrap_or_else(|e| panic!("{e}"));
     let raw_path = dir.path().join("raw.sqlite3");
     let raw = RawSqlite::open(&raw_path);
     let ours = rate(1, window, &|t, i| drop(rerun_call(&store, id(t, i), false)));
     let theirs = rate(1, window, &|t, i| drop(raw.call(id(t, i))));
     row("sqlite fresh (NORMAL), 1 caller", ours, theirs);
     let raws: Vec<RawSqlite> = (0..16).map(|_| RawSqlite::open(&raw_path)).collect();
-    let ours = rate(16, window, &|t, i| drop(rerun_call(&store, id(t, i) + 500_000_000, false)));
-    let theirs = rate(16, window, &|t, i| drop(raws[t].call(id(t, i) + 500_000_000)));
+    let ours = rate(16, window, &|t, i| {
+        drop(rerun_call(&store, id(t, i) + 500_000_000, false))
+    });
+    let theirs = rate(16, window, &|t, i| {
+        drop(raws[t].call(id(t, i) + 500_000_000))
+    });
     row("sqlite fresh (NORMAL), 16 callers", ours, theirs);
-    let ours = rate(1, window, &|t, i| drop(rerun_call(&store, id(t, i) + 700_000_000, true)));
+    let ours = rate(1, window, &|t, i| {
+        drop(rerun_call(&store, id(t, i) + 700_000_000, true))
+    });
     row("sqlite fresh once (FULL claim), 1", ours, theirs);
     rerun_call(&store, 1, false);
     raw.call(1);

@@ -40,7 +40,10 @@ impl Clock for HostClock {
 
 fn fallback_mono_ns() -> u64 {
     static START: OnceLock<std::time::Instant> = OnceLock::new();
-    START.get_or_init(std::time::Instant::now).elapsed().as_nanos() as u64
+    START
+        .get_or_init(std::time::Instant::now)
+        .elapsed()
+        .as_nanos() as u64
 }
 
 /// A clock that moves only when told to, for tests of leases and expiry.

@@ -31,7 +31,9 @@ pub fn open(bytes: &[u8]) -> Result<&[u8], CorruptKind> {
         return Err(CorruptKind::Truncated);
     }
     if bytes[0] != MAGIC {
-        return Err(CorruptKind::Record("the result does not start with rerun's envelope".into()));
+        return Err(CorruptKind::Record(
+            "the result does not start with rerun's envelope".into(),
+        ));
     }
     if bytes[1] != CODEC_VERSION {
         return Err(CorruptKind::UnknownVersion {
@@ -60,7 +62,10 @@ mod tests {
     #[test]
     fn round_trip() {
         let bytes = encode(&("receipt", 42u32)).unwrap();
-        assert_eq!(decode::<(String, u32)>(&bytes).unwrap(), ("receipt".into(), 42));
+        assert_eq!(
+            decode::<(String, u32)>(&bytes).unwrap(),
+            ("receipt".into(), 42)
+        );
     }
 
     #[test]
@@ -69,7 +74,10 @@ mod tests {
         for i in 0..bytes.len() * 8 {
             let mut b = bytes.clone();
             b[i / 8] ^= 1 << (i % 8);
-            assert!(decode::<Vec<u8>>(&b).is_err(), "flip of bit {i} went unnoticed");
+            assert!(
+                decode::<Vec<u8>>(&b).is_err(),
+                "flip of bit {i} went unnoticed"
+            );
         }
         for len in 0..bytes.len() {
             assert!(decode::<Vec<u8>>(&bytes[..len]).is_err());
@@ -79,11 +87,17 @@ mod tests {
     #[test]
     fn unknown_version_and_changed_type_are_typed() {
         let mut bytes = encode(&1u8).unwrap();
-        assert!(matches!(decode::<String>(&bytes), Err(CorruptKind::Decode(_))));
+        assert!(matches!(
+            decode::<String>(&bytes),
+            Err(CorruptKind::Decode(_))
+        ));
         bytes[1] = 9;
         assert_eq!(
             decode::<u8>(&bytes),
-            Err(CorruptKind::UnknownVersion { found: 9, supported: 1 })
+            Err(CorruptKind::UnknownVersion {
+                found: 9,
+                supported: 1
+            })
         );
     }
 }

@@ -38,7 +38,10 @@ impl fmt::Display for CorruptKind {
                 "the record has format version {found}, this build reads up to version {supported}"
             ),
             CorruptKind::Decode(msg) => {
-                write!(f, "the stored result does not decode as the result type: {msg}")
+                write!(
+                    f,
+                    "the stored result does not decode as the result type: {msg}"
+                )
             }
             CorruptKind::Record(msg) => write!(f, "the record is malformed: {msg}"),
         }

@@ -335,9 +335,14 @@ struct Map<'a> {
 }
 
 impl Map<'_> {
-    fn encode<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(usize, usize), FingerprintError> {
+    fn encode<T: Serialize + ?Sized>(
+        &mut self,
+        value: &T,
+    ) -> Result<(usize, usize), FingerprintError> {
         let start = self.scratch.len();
-        value.serialize(Canonical { out: &mut self.scratch })?;
+        value.serialize(Canonical {
+            out: &mut self.scratch,
+        })?;
         Ok((start, self.scratch.len()))
     }
     fn field<T: Serialize + ?Sized>(&mut self, name: &'static str, value: &T) -> Res {
@@ -349,8 +354,11 @@ impl Map<'_> {
     }
     fn finish(mut self) -> Res {
         let scratch = &self.scratch;
-        self.entries
-            .sort_unstable_by(|a, b| scratch[a.0..a.1].cmp(&scratch[b.0..b.1]).then(scratch[a.1..a.2].cmp(&scratch[b.1..b.2])));
+        self.entries.sort_unstable_by(|a, b| {
+            scratch[a.0..a.1]
+                .cmp(&scratch[b.0..b.1])
+                .then(scratch[a.1..a.2].cmp(&scratch[b.1..b.2]))
+        });
         self.out.push(b'{');
         for &(key, value, end) in &self.entries {
             self.out.extend_from_slice(&scratch[key..value]);
@@ -428,8 +436,14 @@ mod tests {
 
     #[test]
     fn field_order_does_not_matter() {
-        let a = A { x: 1, y: "z".into() };
-        let b = B { y: "z".into(), x: 1 };
+        let a = A {
+            x: 1,
+            y: "z".into(),
+        };
+        let b = B {
+            y: "z".into(),
+            x: 1,
+        };
         assert_eq!(Fingerprint::of(&a), Fingerprint::of(&b));
     }
 
@@ -448,15 +462,24 @@ mod tests {
 
     #[test]
     fn nested_changes_are_seen() {
-        let a = vec![A { x: 1, y: "a".into() }];
-        let b = vec![A { x: 1, y: "b".into() }];
+        let a = vec![A {
+            x: 1,
+            y: "a".into(),
+        }];
+        let b = vec![A {
+            x: 1,
+            y: "b".into(),
+        }];
         assert_ne!(Fingerprint::of(&a), Fingerprint::of(&b));
     }
 
     #[test]
     fn adjacent_strings_do_not_collide() {
         assert_ne!(Fingerprint::of(&("ab", "c")), Fingerprint::of(&("a", "bc")));
-        assert_ne!(Fingerprint::of(&vec!["a"]), Fingerprint::of(&("a",)).map(|_| Fingerprint::EMPTY));
+        assert_ne!(
+            Fingerprint::of(&vec!["a"]),
+            Fingerprint::of(&("a",)).map(|_| Fingerprint::EMPTY)
+        );
         assert_ne!(Fingerprint::of(&Some(1u8)), Fingerprint::of(&1u8));
     }
 

@@ -133,7 +133,9 @@ pub fn open_url(url: &str) -> Result<Arc<dyn DynStore>, Error> {
     }
     if url.starts_with("postgres://") || url.starts_with("postgresql://") {
         #[cfg(feature = "postgres")]
-        return Ok(Arc::new(crate::store::postgres::PostgresStore::connect(url)?));
+        return Ok(Arc::new(crate::store::postgres::PostgresStore::connect(
+            url,
+        )?));
         #[cfg(not(feature = "postgres"))]
         return Err(needs_feature(url, "postgres"));
     }
@@ -155,7 +157,10 @@ mod tests {
 
     #[test]
     fn redacts_passwords_only() {
-        assert_eq!(redact("postgres://u:secret@h:5432/db"), "postgres://u:***@h:5432/db");
+        assert_eq!(
+            redact("postgres://u:secret@h:5432/db"),
+            "postgres://u:***@h:5432/db"
+        );
         assert_eq!(redact("redis://:pw@h/0"), "redis://:***@h/0");
         assert_eq!(redact("redis://h:6379"), "redis://h:6379");
         assert_eq!(redact("sqlite:/tmp/x"), "sqlite:/tmp/x");

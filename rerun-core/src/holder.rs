@@ -276,8 +276,14 @@ mod tests {
     fn classify_covers_every_branch() {
         assert_eq!(classify(Err(Errno::ESRCH), None, 5), Liveness::Dead);
         assert_eq!(classify(Err(Errno::EPERM), None, 5), Liveness::Alive);
-        assert_eq!(classify(Err(Errno::EPERM), Some((5, false)), 5), Liveness::Alive);
-        assert_eq!(classify(Err(Errno::EPERM), Some((6, false)), 5), Liveness::Dead);
+        assert_eq!(
+            classify(Err(Errno::EPERM), Some((5, false)), 5),
+            Liveness::Alive
+        );
+        assert_eq!(
+            classify(Err(Errno::EPERM), Some((6, false)), 5),
+            Liveness::Dead
+        );
         assert_eq!(classify(Ok(()), Some((5, false)), 5), Liveness::Alive);
         assert_eq!(classify(Ok(()), Some((6, false)), 5), Liveness::Dead);
         assert_eq!(classify(Ok(()), Some((5, true)), 5), Liveness::Dead);

@@ -290,7 +290,10 @@ mod tests {
     fn references_and_owned_agree() {
         let owned = String::from("ord_9");
         assert_eq!(Key::new("s", &owned), Key::new("s", "ord_9"));
-        assert_eq!(Key::new("s", &&owned), Key::new("s", &Box::<str>::from("ord_9")));
+        assert_eq!(
+            Key::new("s", &&owned),
+            Key::new("s", &Box::<str>::from("ord_9"))
+        );
     }
 
     #[test]

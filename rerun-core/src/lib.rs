@@ -55,12 +55,12 @@ pub use record::{Fence, RecordView, Status};
 pub use recover::{recover, Recovery};
 pub use runtime::{Call, Options, Outcome, Reconciled};
 pub use store::memory::MemoryStore;
-#[cfg(feature = "sqlite")]
-pub use store::sqlite::SqliteStore;
 #[cfg(feature = "postgres")]
 pub use store::postgres::PostgresStore;
 #[cfg(feature = "redis")]
 pub use store::redis::RedisStore;
+#[cfg(feature = "sqlite")]
+pub use store::sqlite::SqliteStore;
 pub use store::{AsyncStore, DynStore, Store};
 
 #[cfg(feature = "macros")]
@@ -102,12 +102,7 @@ pub mod __private {
     use serde::Serialize;
 
     /// Builds the options from milliseconds computed at compile time.
-    pub const fn options(
-        ttl_ms: u64,
-        lease_ms: u64,
-        wait_ms: Option<u64>,
-        once: bool,
-    ) -> Options {
+    pub const fn options(ttl_ms: u64, lease_ms: u64, wait_ms: Option<u64>, once: bool) -> Options {
         let mut o = Options::new()
             .ttl(Duration::from_millis(ttl_ms))
             .lease(Duration::from_millis(lease_ms));

@@ -362,20 +362,38 @@ mod tests {
         let other = Fingerprint::of(&2).unwrap();
         let h = Holder::current();
         let r = req(&key, &fp, &h);
-        assert_eq!(decide(None, &r, now(0), "b"), Decision::Claim { abandoned: None });
+        assert_eq!(
+            decide(None, &r, now(0), "b"),
+            Decision::Claim { abandoned: None }
+        );
 
         let mut rec = LocalRecord::claimed(&r, 1, now(0));
         let b = crate::holder::this_boot();
-        assert!(matches!(decide(Some(&rec), &r, now(50), b), Decision::Busy { .. }));
+        assert!(matches!(
+            decide(Some(&rec), &r, now(50), b),
+            Decision::Busy { .. }
+        ));
         // Exactly at the lease end the lease is out.
-        assert!(matches!(decide(Some(&rec), &r, now(100), b), Decision::Claim { abandoned: Some(_) }));
+        assert!(matches!(
+            decide(Some(&rec), &r, now(100), b),
+            Decision::Claim { abandoned: Some(_) }
+        ));
         // Another boot: the lease is out at once.
-        assert!(matches!(decide(Some(&rec), &r, now(50), "c"), Decision::Claim { abandoned: Some(_) }));
+        assert!(matches!(
+            decide(Some(&rec), &r, now(50), "c"),
+            Decision::Claim { abandoned: Some(_) }
+        ));
         let mut stolen = r.clone();
         stolen.steal = Some(1);
-        assert!(matches!(decide(Some(&rec), &stolen, now(50), b), Decision::Claim { .. }));
+        assert!(matches!(
+            decide(Some(&rec), &stolen, now(50), b),
+            Decision::Claim { .. }
+        ));
         stolen.steal = Some(0);
-        assert!(matches!(decide(Some(&rec), &stolen, now(50), b), Decision::Busy { .. }));
+        assert!(matches!(
+            decide(Some(&rec), &stolen, now(50), b),
+            Decision::Busy { .. }
+        ));
         let mut r2 = r.clone();
         r2.fingerprint = &other;
         assert_eq!(decide(Some(&rec), &r2, now(50), b), Decision::Mismatch);
@@ -383,17 +401,28 @@ mod tests {
         rec.complete(b"x", Duration::from_nanos(1000), now(10));
         assert_eq!(decide(Some(&rec), &r, now(500), b), Decision::Replay);
         assert_eq!(decide(Some(&rec), &r2, now(500), b), Decision::Mismatch);
-        assert_eq!(decide(Some(&rec), &r2, now(1010), b), Decision::Claim { abandoned: None });
+        assert_eq!(
+            decide(Some(&rec), &r2, now(1010), b),
+            Decision::Claim { abandoned: None }
+        );
         let mut once = r.clone();
         once.once = true;
         assert_eq!(decide(Some(&rec), &once, now(1010), b), Decision::Replay);
 
         rec.status = Status::Released;
-        assert_eq!(decide(Some(&rec), &r2, now(0), b), Decision::Claim { abandoned: None });
+        assert_eq!(
+            decide(Some(&rec), &r2, now(0), b),
+            Decision::Claim { abandoned: None }
+        );
         rec.status = Status::Unknown;
         assert!(matches!(
             decide(Some(&rec), &r, now(0), b),
-            Decision::Claim { abandoned: Some(Abandoned { outcome_unknown: true, .. }) }
+            Decision::Claim {
+                abandoned: Some(Abandoned {
+                    outcome_unknown: true,
+                    ..
+                })
+            }
         ));
     }
 }

@@ -12,8 +12,11 @@ fn stores(clock: &ManualClock, dir: &tempfile::TempDir) -> Vec<Box<dyn DynStore>
     vec![
         Box::new(MemoryStore::with_clock(clock.clone())),
         Box::new(
-            SqliteStore::open_with(dir.path().join("clock.sqlite3"), SqliteOptions::new().clock(clock.clone()))
-                .unwrap(),
+            SqliteStore::open_with(
+                dir.path().join("clock.sqlite3"),
+                SqliteOptions::new().clock(clock.clone()),
+            )
+            .unwrap(),
         ),
     ]
 }
@@ -39,12 +42,17 @@ fn wall_clock_jumps_neither_steal_nor_strand_a_claim() {
             once: false,
             steal: None,
         };
-        assert!(matches!(store.claim(&req).unwrap(), ClaimResponse::Claimed(_)));
+        assert!(matches!(
+            store.claim(&req).unwrap(),
+            ClaimResponse::Claimed(_)
+        ));
         clock.skew_wall(3_600_000); // an hour ahead: no early takeover
         assert!(matches!(store.claim(&req).unwrap(), ClaimResponse::Busy(_)));
         clock.skew_wall(-7_200_000); // an hour behind: no stuck claim once the lease is out
         clock.advance(Duration::from_secs(10));
-        let out = Call::new(store.describe(), "leased").run(&*store, || Ok::<_, Error>(1)).unwrap();
+        let out = Call::new(store.describe(), "leased")
+            .run(&*store, || Ok::<_, Error>(1))
+            .unwrap();
         assert!(!out.replayed);
         clock.skew_wall(3_600_000);
     }
@@ -57,16 +65,34 @@ fn exactly_at_expiry_is_expired() {
     for store in stores(&clock, &dir) {
         let scope = store.describe();
         let ttl = Duration::from_secs(60);
-        let run = |v: u32| Call::new(scope.clone(), "k").ttl(ttl).run(&*store, || Ok::<_, Error>(v)).unwrap();
+        let run = |v: u32| {
+            Call::new(scope.clone(), "k")
+                .ttl(ttl)
+                .run(&*store, || Ok::<_, Error>(v))
+                .unwrap()
+        };
         assert_eq!(run(1).value, 1);
         clock.advance(ttl - Duration::from_nanos(1));
-        assert!(run(2).replayed, "one nanosecond before expiry the record replays");
+        assert!(
+            run(2).replayed,
+            "one nanosecond before expiry the record replays"
+        );
         clock.advance(Duration::from_nanos(1));
         let at = run(3);
-        assert!(!at.replayed && at.value == 3, "at expiry the key runs again");
+        assert!(
+            !at.replayed && at.value == 3,
+            "at expiry the key runs again"
+        );
         clock.skew_wall(-3_600_000);
         clock.advance(ttl);
-        assert!(!run(4).replayed, "a wall clock behind does not keep a record alive");
-        assert_eq!(store.purge_expired(100).unwrap(), 0, "a rerun replaced the record");
+        assert!(
+            !run(4).replayed,
+            "a wall clock behind does not keep a record alive"
+        );
+        assert_eq!(
+            store.purge_expired(100).unwrap(),
+            0,
+            "a rerun replaced the record"
+        );
     }
 }

@@ -13,7 +13,9 @@ impl Factory for Sqlite {
         "sqlite"
     }
     fn fresh(&self) -> Result<(SqliteStore, String), Error> {
-        let path = self.dir.join(format!("{}.sqlite3", conformance::unique("db")));
+        let path = self
+            .dir
+            .join(format!("{}.sqlite3", conformance::unique("db")));
         Ok((SqliteStore::open(&path)?, path.display().to_string()))
     }
     fn reopen(&self, locator: &str) -> Result<SqliteStore, Error> {

@@ -31,21 +31,23 @@ fn child(case: &str) {
         .with_ansi(false)
         .init();
     let result: Result<String, Error> = (|| {
-        match case {
-            "init-twice" => {
-                rerun_core::init(rerun_core::MemoryStore::new())?;
-                return match rerun_core::init(rerun_core::MemoryStore::new()) {
-                    Err(e @ Error::Config { .. }) => Ok(format!("second init refused: {e}")),
-                    other => Ok(format!("second init: {other:?}")),
-                };
-            }
-            _ => {}
+        if case == "init-twice" {
+            rerun_core::init(rerun_core::MemoryStore::new())?;
+            return match rerun_core::init(rerun_core::MemoryStore::new()) {
+                Err(e @ Error::Config { .. }) => Ok(format!("second init refused: {e}")),
+                other => Ok(format!("second init: {other:?}")),
+            };
         }
         let store = rerun_core::global()?;
         let again = rerun_core::global()?;
         let out = Call::new("global", "k").run(store, || Ok::<_, Error>(1u8))?;
         let replay = Call::new("global", "k").run(again, || Ok::<_, Error>(2u8))?;
-        Ok(format!("{} {} {}", store.describe(), out.value, replay.value))
+        Ok(format!(
+            "{} {} {}",
+            store.describe(),
+            out.value,
+            replay.value
+        ))
     })();
     let logged = String::from_utf8_lossy(&logs.0.lock().unwrap()).to_string();
     let chosen = logged.matches("rerun: store chosen").count();
@@ -58,9 +60,14 @@ fn child(case: &str) {
 fn run_case(case: &str, store: Option<&str>) -> String {
     let dir = tempfile::tempdir().unwrap();
     let mut cmd = Command::new(std::env::current_exe().unwrap());
-    cmd.args(["global_store_is_chosen_once", "--exact", "--nocapture", "--test-threads=1"])
-        .env(CASE, case)
-        .current_dir(dir.path());
+    cmd.args([
+        "global_store_is_chosen_once",
+        "--exact",
+        "--nocapture",
+        "--test-threads=1",
+    ])
+    .env(CASE, case)
+    .current_dir(dir.path());
     match store {
         Some(url) => cmd.env("RERUN_STORE", url),
         None => cmd.env_remove("RERUN_STORE"),
@@ -72,7 +79,10 @@ fn run_case(case: &str, store: Option<&str>) -> String {
         .find_map(|l| l.find("RESULT ").map(|i| l[i + 7..].to_owned()))
         .unwrap_or_else(|| panic!("no result from case {case}: {text}"));
     if case == "default" {
-        assert!(dir.path().join(".rerun/rerun.sqlite3").exists(), "the default file was not created");
+        assert!(
+            dir.path().join(".rerun/rerun.sqlite3").exists(),
+            "the default file was not created"
+        );
     }
     line
 }
@@ -84,14 +94,20 @@ fn global_store_is_chosen_once() {
         return;
     }
     let default = run_case("default", None);
-    assert_eq!(default, "ok sqlite:.rerun/rerun.sqlite3 1 1 | logged 1", "{default}");
+    assert_eq!(
+        default, "ok sqlite:.rerun/rerun.sqlite3 1 1 | logged 1",
+        "{default}"
+    );
     let memory = run_case("env", Some("memory:"));
     assert_eq!(memory, "ok memory: 1 1 | logged 1");
     let sqlite = run_case("env", Some("sqlite:state/r.db"));
     assert_eq!(sqlite, "ok sqlite:state/r.db 1 1 | logged 1");
     let bad = run_case("env", Some("mongodb://user:hunter2@db/x"));
     assert!(bad.starts_with("err config"), "{bad}");
-    assert!(bad.contains("mongodb://user:***@db/x") && bad.contains("expected"), "{bad}");
+    assert!(
+        bad.contains("mongodb://user:***@db/x") && bad.contains("expected"),
+        "{bad}"
+    );
     assert!(!bad.contains("hunter2"), "the password leaked: {bad}");
     let twice = run_case("init-twice", None);
     assert!(twice.starts_with("ok second init refused"), "{twice}");

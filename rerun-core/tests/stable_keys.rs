@@ -18,7 +18,9 @@ fn event() -> Event {
     Event {
         id: "evt_1".into(),
         amounts: (0..50).map(|i| (format!("line{i}"), i * 10)).collect(),
-        tags: (0..20).map(|i| (i, vec![format!("t{i}"), "x".into()])).collect(),
+        tags: (0..20)
+            .map(|i| (i, vec![format!("t{i}"), "x".into()]))
+            .collect(),
     }
 }
 
@@ -36,7 +38,12 @@ fn two_processes_agree() {
     }
     let exe = std::env::current_exe().unwrap();
     let out = Command::new(exe)
-        .args(["two_processes_agree", "--exact", "--nocapture", "--test-threads=1"])
+        .args([
+            "two_processes_agree",
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env("RERUN_STABLE_KEYS_CHILD", "1")
         .output()
         .unwrap();

@@ -29,11 +29,19 @@ pub struct Receipt {
 }
 
 pub fn order(id: u64) -> Order {
-    Order { id, customer: "cus_123", cents: 4200 }
+    Order {
+        id,
+        customer: "cus_123",
+        cents: 4200,
+    }
 }
 
 pub fn receipt(id: u64) -> Receipt {
-    Receipt { id, cents: 4200, note: "charged".into() }
+    Receipt {
+        id,
+        cents: 4200,
+        note: "charged".into(),
+    }
 }
 
 pub const SCOPE: &str = "bench.charge";
@@ -106,13 +114,19 @@ impl RawSqlite {
                  expires_wall, result, scope, id FROM rerun_records WHERE scope = ?1 AND id = ?2",
             )
             .ok()?;
-        s.query_row(params![SCOPE, id], |r| Ok((r.get(0)?, r.get(2)?, r.get(9)?))).optional().ok()?
+        s.query_row(params![SCOPE, id], |r| {
+            Ok((r.get(0)?, r.get(2)?, r.get(9)?))
+        })
+        .optional()
+        .ok()?
     }
 
     /// Read; if absent, claim in an immediate transaction, run, and complete.
     pub fn call(&self, n: u64) -> Receipt {
         let id = Key::new(SCOPE, &n).id().to_owned();
-        let fp = Fingerprint::of(&order(n)).map(|f| f.0.to_vec()).unwrap_or_default();
+        let fp = Fingerprint::of(&order(n))
+            .map(|f| f.0.to_vec())
+            .unwrap_or_default();
         let c = &*self.conn.lock().unwrap_or_else(|p| p.into_inner());
         if let Some((_, stored, Some(result))) = Self::read(c, &id) {
             if stored == fp {
@@ -124,7 +138,9 @@ impl RawSqlite {
         c.execute_batch("BEGIN IMMEDIATE").ok();
         let _ = Self::read(c, &id);
         let fence: i64 = c
-            .prepare_cached("UPDATE rerun_meta SET value = value + 1 WHERE name = 'fence' RETURNING value")
+            .prepare_cached(
+                "UPDATE rerun_meta SET value = value + 1 WHERE name = 'fence' RETURNING value",
+            )
             .and_then(|mut s| s.query_row([], |r| r.get(0)))
             .unwrap_or(0);
         c.prepare_cached(

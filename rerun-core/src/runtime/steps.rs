@@ -37,8 +37,10 @@ pub(crate) trait Backend {
         result: &'a [u8],
         ttl: Duration,
     ) -> impl Future<Output = Result<(), Error>> + Send + 'a;
-    fn release<'a>(&'a self, claim: &'a Claim)
-        -> impl Future<Output = Result<(), Error>> + Send + 'a;
+    fn release<'a>(
+        &'a self,
+        claim: &'a Claim,
+    ) -> impl Future<Output = Result<(), Error>> + Send + 'a;
     fn mark_unknown<'a>(
         &'a self,
         claim: &'a Claim,
@@ -342,10 +344,7 @@ where
         }
     };
     let ttl = options.ttl_duration();
-    let unknown = claim
-        .abandoned
-        .as_ref()
-        .is_some_and(|a| a.outcome_unknown);
+    let unknown = claim.abandoned.as_ref().is_some_and(|a| a.outcome_unknown);
     let mut held = Held::new(
         backend.shared(),
         claim,

@@ -121,7 +121,8 @@ impl Store for MemoryStore {
         let current = records.get(req.key);
         match decide(current, req, now, boot) {
             Decision::Replay => {
-                let rec = current.ok_or_else(|| Error::store_msg(Some(req.key), "record vanished"))?;
+                let rec =
+                    current.ok_or_else(|| Error::store_msg(Some(req.key), "record vanished"))?;
                 Ok(ClaimResponse::Replay(Replay {
                     fence: rec.fence,
                     result: rec.result.clone().unwrap_or_default(),
@@ -129,10 +130,14 @@ impl Store for MemoryStore {
             }
             Decision::Mismatch => Ok(ClaimResponse::Mismatch),
             Decision::Busy { lease_remaining } => {
-                let rec = current.ok_or_else(|| Error::store_msg(Some(req.key), "record vanished"))?;
+                let rec =
+                    current.ok_or_else(|| Error::store_msg(Some(req.key), "record vanished"))?;
                 Ok(ClaimResponse::Busy(Busy {
                     fence: rec.fence,
-                    holder: rec.holder.clone().unwrap_or_else(crate::holder::Holder::current),
+                    holder: rec
+                        .holder
+                        .clone()
+                        .unwrap_or_else(crate::holder::Holder::current),
                     lease_remaining,
                 }))
             }
@@ -199,11 +204,19 @@ impl Store for MemoryStore {
         keys.sort_unstable();
         let more = keys.len() > limit;
         keys.truncate(limit.max(1));
-        let next = if more { keys.last().map(|k| encode_cursor(k)) } else { None };
+        let next = if more {
+            keys.last().map(|k| encode_cursor(k))
+        } else {
+            None
+        };
         Ok(ScanPage {
             records: keys
                 .into_iter()
-                .filter_map(|k| records.get(k).map(|r| r.view(k, now, crate::holder::this_boot())))
+                .filter_map(|k| {
+                    records
+                        .get(k)
+                        .map(|r| r.view(k, now, crate::holder::this_boot()))
+                })
                 .collect(),
             next,
         })

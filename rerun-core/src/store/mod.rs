@@ -123,7 +123,9 @@ macro_rules! async_via_sync {
                 &'a self,
                 claim: &'a $crate::record::Claim,
             ) -> $crate::store::StoreFuture<'a, ()> {
-                Box::pin(::std::future::ready($crate::store::Store::release(self, claim)))
+                Box::pin(::std::future::ready($crate::store::Store::release(
+                    self, claim,
+                )))
             }
             fn mark_unknown_async<'a>(
                 &'a self,

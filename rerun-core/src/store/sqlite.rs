@@ -157,9 +157,8 @@ impl SqliteStore {
     pub fn open_with(path: impl AsRef<Path>, options: SqliteOptions) -> Result<SqliteStore, Error> {
         let path = path.as_ref().to_path_buf();
         if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-            std::fs::create_dir_all(parent).map_err(|e| {
-                Error::store(None, format!("creating {}", parent.display()), e)
-            })?;
+            std::fs::create_dir_all(parent)
+                .map_err(|e| Error::store(None, format!("creating {}", parent.display()), e))?;
         }
         let store = SqliteStore {
             inner: Arc::new(Inner {
@@ -285,13 +284,11 @@ impl SqliteStore {
                 result: rec.result.clone().unwrap_or_default(),
             })),
             (Decision::Mismatch, _) => Some(ClaimResponse::Mismatch),
-            (Decision::Busy { lease_remaining }, Some(rec)) => {
-                Some(ClaimResponse::Busy(Busy {
-                    fence: rec.fence,
-                    holder: rec.holder.clone().unwrap_or_else(|| req.holder.clone()),
-                    lease_remaining,
-                }))
-            }
+            (Decision::Busy { lease_remaining }, Some(rec)) => Some(ClaimResponse::Busy(Busy {
+                fence: rec.fence,
+                holder: rec.holder.clone().unwrap_or_else(|| req.holder.clone()),
+                lease_remaining,
+            })),
             _ => None,
         }
     }
@@ -370,7 +367,9 @@ fn record_of(r: &Row<'_>) -> Result<LocalRecord, CorruptKind> {
         _ => return Err(bad("result")),
     };
     if status == Status::Completed && result.is_none() {
-        return Err(CorruptKind::Record("a completed record has no result".into()));
+        return Err(CorruptKind::Record(
+            "a completed record has no result".into(),
+        ));
     }
     Ok(LocalRecord {
         status,

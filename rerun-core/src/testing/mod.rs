@@ -28,7 +28,9 @@ pub fn service_url(var: &str) -> Option<String> {
             if services_required() {
                 panic!("{var} is not set, and RERUN_REQUIRE_SERVICES=1 makes a missing server a failure");
             }
-            eprintln!("note: {var} is not set; skipping this test (set it, e.g. {var}=…, to run it)");
+            eprintln!(
+                "note: {var} is not set; skipping this test (set it, e.g. {var}=…, to run it)"
+            );
             None
         }
     }

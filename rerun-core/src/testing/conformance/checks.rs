@@ -102,7 +102,8 @@ fn claimed(resp: ClaimResponse, t: &mut Tally, what: &str) -> Option<Claim> {
     match resp {
         ClaimResponse::Claimed(c) => Some(c),
         other => {
-            t.violations.push(format!("{what}: expected a claim, got {other:?}"));
+            t.violations
+                .push(format!("{what}: expected a claim, got {other:?}"));
             None
         }
     }
@@ -115,17 +116,22 @@ fn replay<F: Factory>(factory: &F, _: &Settings) -> Result<Tally, Error> {
     let scope = scope();
     let bodies = AtomicU64::new(0);
     let call = |store: &F::Store, i: u32| {
-        Call::new(scope.clone(), "k").payload(&("p", 1)).run(store, || {
-            bodies.fetch_add(1, Ordering::SeqCst);
-            Ok::<_, Error>(format!("result of call {i}"))
-        })
+        Call::new(scope.clone(), "k")
+            .payload(&("p", 1))
+            .run(store, || {
+                bodies.fetch_add(1, Ordering::SeqCst);
+                Ok::<_, Error>(format!("result of call {i}"))
+            })
     };
     let mut first = None;
     for i in 0..100 {
         t.calls += 1;
         match call(&store, i) {
             Ok(out) => {
-                t.expect(out.replayed == (i > 0), format!("call {i}: replayed = {}", out.replayed));
+                t.expect(
+                    out.replayed == (i > 0),
+                    format!("call {i}: replayed = {}", out.replayed),
+                );
                 first.get_or_insert_with(|| out.value.clone());
                 t.results.insert(out.value);
             }
@@ -137,14 +143,20 @@ fn replay<F: Factory>(factory: &F, _: &Settings) -> Result<Tally, Error> {
     t.calls += 1;
     match call(&reopened, 100) {
         Ok(out) => {
-            t.expect(out.replayed, "after reopening, the call was not replayed".into());
+            t.expect(
+                out.replayed,
+                "after reopening, the call was not replayed".into(),
+            );
             t.results.insert(out.value);
         }
         Err(e) => t.error(&e),
     }
     t.bodies = bodies.load(Ordering::SeqCst);
     t.expect(t.bodies == 1, format!("the body ran {} times", t.bodies));
-    t.expect(t.results.len() == 1, format!("{} distinct results", t.results.len()));
+    t.expect(
+        t.results.len() == 1,
+        format!("{} distinct results", t.results.len()),
+    );
     t.expect(t.errors.is_empty(), format!("errors: {:?}", t.errors));
     Ok(t)
 }
@@ -211,9 +223,15 @@ fn thread_storm<F: Factory>(factory: &F, settings: &Settings) -> Result<Tally, E
     });
     t.bodies = bodies.load(Ordering::SeqCst);
     t.expect(t.bodies == 1, format!("the body ran {} times", t.bodies));
-    t.expect(t.results.len() == 1, format!("{} distinct results", t.results.len()));
+    t.expect(
+        t.results.len() == 1,
+        format!("{} distinct results", t.results.len()),
+    );
     let unexpected: Vec<_> = t.errors.keys().filter(|k| **k != "in_progress").collect();
-    t.expect(unexpected.is_empty(), format!("unexpected errors: {unexpected:?}"));
+    t.expect(
+        unexpected.is_empty(),
+        format!("unexpected errors: {unexpected:?}"),
+    );
     Ok(t)
 }
 
@@ -234,8 +252,14 @@ fn thread_storm_wait<F: Factory>(factory: &F, settings: &Settings) -> Result<Tal
     });
     t.bodies = bodies.load(Ordering::SeqCst);
     t.expect(t.bodies == 1, format!("the body ran {} times", t.bodies));
-    t.expect(t.results.len() == 1, format!("{} distinct results", t.results.len()));
-    t.expect(t.errors.is_empty(), format!("errors despite wait: {:?}", t.errors));
+    t.expect(
+        t.results.len() == 1,
+        format!("{} distinct results", t.results.len()),
+    );
+    t.expect(
+        t.errors.is_empty(),
+        format!("errors despite wait: {:?}", t.errors),
+    );
     Ok(t)
 }
 
@@ -275,9 +299,15 @@ fn many_keys<F: Factory>(factory: &F, settings: &Settings) -> Result<Tally, Erro
     });
     t.bodies = runs.iter().map(|r| r.load(Ordering::SeqCst)).sum();
     let twice = runs.iter().filter(|r| r.load(Ordering::SeqCst) > 1).count();
-    t.expect(twice == 0, format!("{twice} keys ran their body more than once"));
+    t.expect(
+        twice == 0,
+        format!("{twice} keys ran their body more than once"),
+    );
     let d = diverged.load(Ordering::SeqCst);
-    t.expect(d == 0, format!("{d} calls returned another result than their key's first"));
+    t.expect(
+        d == 0,
+        format!("{d} calls returned another result than their key's first"),
+    );
     t.expect(t.errors.is_empty(), format!("errors: {:?}", t.errors));
     Ok(t)
 }
@@ -289,40 +319,92 @@ fn fencing<F: Factory>(factory: &F, _: &Settings) -> Result<Tally, Error> {
     let key = Key::new(scope(), "fenced");
     let lease = Duration::from_secs(30);
     let h = remote_holder();
-    let Some(c1) = claimed(claim_raw(&store, &key, &h, lease, None)?, &mut t, "first claim") else {
+    let Some(c1) = claimed(
+        claim_raw(&store, &key, &h, lease, None)?,
+        &mut t,
+        "first claim",
+    ) else {
         return Ok(t);
     };
     store.release(&c1)?;
     let lost = |r: Result<(), Error>| matches!(r, Err(Error::LeaseLost { .. }));
-    t.expect(lost(store.release(&c1)), "a second release with the same fence was accepted".into());
-    let Some(c2) = claimed(claim_raw(&store, &key, &h, lease, None)?, &mut t, "claim after release") else {
+    t.expect(
+        lost(store.release(&c1)),
+        "a second release with the same fence was accepted".into(),
+    );
+    let Some(c2) = claimed(
+        claim_raw(&store, &key, &h, lease, None)?,
+        &mut t,
+        "claim after release",
+    ) else {
         return Ok(t);
     };
-    t.expect(c2.fence > c1.fence, format!("fence {} after release is not above {}", c2.fence, c1.fence));
-    t.expect(lost(store.complete(&c1, b"x", lease)), "complete with an old fence was accepted".into());
-    t.expect(lost(store.renew(&c1, lease)), "renew with an old fence was accepted".into());
-    t.expect(lost(store.mark_unknown(&c1)), "mark_unknown with an old fence was accepted".into());
+    t.expect(
+        c2.fence > c1.fence,
+        format!("fence {} after release is not above {}", c2.fence, c1.fence),
+    );
+    t.expect(
+        lost(store.complete(&c1, b"x", lease)),
+        "complete with an old fence was accepted".into(),
+    );
+    t.expect(
+        lost(store.renew(&c1, lease)),
+        "renew with an old fence was accepted".into(),
+    );
+    t.expect(
+        lost(store.mark_unknown(&c1)),
+        "mark_unknown with an old fence was accepted".into(),
+    );
     // Steal from a live lease: only with the current fence.
     let stale = claim_raw(&store, &key, &h, lease, Some(c1.fence))?;
-    t.expect(matches!(stale, ClaimResponse::Busy(_)), format!("a steal naming an old fence was honoured: {stale:?}"));
-    let Some(c3) = claimed(claim_raw(&store, &key, &h, lease, Some(c2.fence))?, &mut t, "steal") else {
+    t.expect(
+        matches!(stale, ClaimResponse::Busy(_)),
+        format!("a steal naming an old fence was honoured: {stale:?}"),
+    );
+    let Some(c3) = claimed(
+        claim_raw(&store, &key, &h, lease, Some(c2.fence))?,
+        &mut t,
+        "steal",
+    ) else {
         return Ok(t);
     };
-    t.expect(c3.fence > c2.fence, "a takeover did not raise the fence".into());
+    t.expect(
+        c3.fence > c2.fence,
+        "a takeover did not raise the fence".into(),
+    );
     t.expect(
         c3.abandoned.as_ref().map(|a| a.fence) == Some(c2.fence),
-        format!("the takeover did not name the abandoned fence: {:?}", c3.abandoned),
+        format!(
+            "the takeover did not name the abandoned fence: {:?}",
+            c3.abandoned
+        ),
     );
-    t.expect(lost(store.complete(&c2, b"x", lease)), "the zombie's completion was accepted".into());
+    t.expect(
+        lost(store.complete(&c2, b"x", lease)),
+        "the zombie's completion was accepted".into(),
+    );
     let bytes = codec::encode("done").map_err(|e| Error::store_msg(None, e.to_string()))?;
     store.complete(&c3, &bytes, lease)?;
     t.expect(store.forget(&key)?, "forget found no record".into());
-    t.expect(store.inspect(&key)?.is_none(), "a forgotten record is still there".into());
-    let Some(c4) = claimed(claim_raw(&store, &key, &h, lease, None)?, &mut t, "claim after forget") else {
+    t.expect(
+        store.inspect(&key)?.is_none(),
+        "a forgotten record is still there".into(),
+    );
+    let Some(c4) = claimed(
+        claim_raw(&store, &key, &h, lease, None)?,
+        &mut t,
+        "claim after forget",
+    ) else {
         return Ok(t);
     };
-    t.expect(c4.fence > c3.fence, format!("fence {} after forget is not above {}", c4.fence, c3.fence));
-    t.notes.push(format!("fences {} {} {} {}", c1.fence, c2.fence, c3.fence, c4.fence));
+    t.expect(
+        c4.fence > c3.fence,
+        format!("fence {} after forget is not above {}", c4.fence, c3.fence),
+    );
+    t.notes.push(format!(
+        "fences {} {} {} {}",
+        c1.fence, c2.fence, c3.fence, c4.fence
+    ));
     Ok(t)
 }
 
@@ -332,11 +414,18 @@ fn lease_takeover<F: Factory>(factory: &F, _: &Settings) -> Result<Tally, Error>
     let (store, _) = factory.fresh()?;
     let key = Key::new(scope(), "leased");
     let short = Duration::from_millis(300);
-    let Some(old) = claimed(claim_raw(&store, &key, &remote_holder(), short, None)?, &mut t, "claim") else {
+    let Some(old) = claimed(
+        claim_raw(&store, &key, &remote_holder(), short, None)?,
+        &mut t,
+        "claim",
+    ) else {
         return Ok(t);
     };
     let busy = claim_raw(&store, &key, &remote_holder(), short, None)?;
-    t.expect(matches!(busy, ClaimResponse::Busy(_)), format!("a live lease was not respected: {busy:?}"));
+    t.expect(
+        matches!(busy, ClaimResponse::Busy(_)),
+        format!("a live lease was not respected: {busy:?}"),
+    );
     std::thread::sleep(Duration::from_millis(450));
     let bodies = AtomicU64::new(0);
     t.calls += 1;
@@ -345,19 +434,29 @@ fn lease_takeover<F: Factory>(factory: &F, _: &Settings) -> Result<Tally, Error>
         Ok::<_, Error>("successor".to_owned())
     }) {
         Ok(out) => {
-            t.expect(out.fence > old.fence, "the successor's fence is not above the old one".into());
+            t.expect(
+                out.fence > old.fence,
+                "the successor's fence is not above the old one".into(),
+            );
             t.results.insert(out.value);
         }
         Err(e) => {
-            t.violations.push(format!("no takeover after the lease ran out: {e}"));
+            t.violations
+                .push(format!("no takeover after the lease ran out: {e}"));
         }
     }
     t.bodies = bodies.load(Ordering::SeqCst);
     let late = store.complete(&old, b"late", short);
-    t.expect(matches!(late, Err(Error::LeaseLost { .. })), format!("the old holder's completion: {late:?}"));
+    t.expect(
+        matches!(late, Err(Error::LeaseLost { .. })),
+        format!("the old holder's completion: {late:?}"),
+    );
     let rec = store.inspect(&key)?;
     t.expect(
-        rec.as_ref().and_then(|r| r.result.as_deref()).map(codec::decode::<String>) == Some(Ok("successor".into())),
+        rec.as_ref()
+            .and_then(|r| r.result.as_deref())
+            .map(codec::decode::<String>)
+            == Some(Ok("successor".into())),
         format!("the store does not keep the successor's result: {rec:?}"),
     );
     Ok(t)
@@ -370,27 +469,49 @@ fn body_fails<F: Factory>(factory: &F, _: &Settings) -> Result<Tally, Error> {
     let scope = scope();
     let key = Key::new(scope.clone(), "fails");
     t.calls += 1;
-    let err = Call::new(scope.clone(), "fails").run(&store, || Err::<u32, _>(Error::config("the body failed")));
-    t.expect(matches!(err, Err(Error::Config { .. })), format!("the body's error was not returned: {err:?}"));
+    let err = Call::new(scope.clone(), "fails")
+        .run(&store, || Err::<u32, _>(Error::config("the body failed")));
+    t.expect(
+        matches!(err, Err(Error::Config { .. })),
+        format!("the body's error was not returned: {err:?}"),
+    );
     let status = store.inspect(&key)?.map(|r| r.status);
-    t.expect(status == Some(Status::Released), format!("after Err the record is {status:?}, not released"));
+    t.expect(
+        status == Some(Status::Released),
+        format!("after Err the record is {status:?}, not released"),
+    );
     t.calls += 1;
     let panicked = catch_unwind(AssertUnwindSafe(|| {
-        Call::new(scope.clone(), "fails").run(&store, || -> Result<u32, Error> { panic!("the body panicked") })
+        Call::new(scope.clone(), "fails").run(&store, || -> Result<u32, Error> {
+            panic!("the body panicked")
+        })
     }));
     t.expect(panicked.is_err(), "the panic did not propagate".into());
     let status = store.inspect(&key)?.map(|r| r.status);
-    t.expect(status == Some(Status::Released), format!("after a panic the record is {status:?}, not released"));
+    t.expect(
+        status == Some(Status::Released),
+        format!("after a panic the record is {status:?}, not released"),
+    );
     t.calls += 1;
     let ok = Call::new(scope.clone(), "fails").run(&store, || Ok::<_, Error>(7u32));
-    t.expect(matches!(ok, Ok(ref o) if o.value == 7 && !o.replayed), format!("the next call did not run cleanly: {ok:?}"));
+    t.expect(
+        matches!(ok, Ok(ref o) if o.value == 7 && !o.replayed),
+        format!("the next call did not run cleanly: {ok:?}"),
+    );
     // A `once` body that panics may have done its effect: its outcome becomes unknown.
     t.calls += 2;
     let _ = catch_unwind(AssertUnwindSafe(|| {
-        Call::new(scope.clone(), "once-panics").once().run(&store, || -> Result<u32, Error> { panic!("mid-effect") })
+        Call::new(scope.clone(), "once-panics")
+            .once()
+            .run(&store, || -> Result<u32, Error> { panic!("mid-effect") })
     }));
-    let again = Call::new(scope.clone(), "once-panics").once().run(&store, || Ok::<_, Error>(1u32));
-    t.expect(matches!(again, Err(Error::OutcomeUnknown { .. })), format!("a once body that panicked ran again: {again:?}"));
+    let again = Call::new(scope.clone(), "once-panics")
+        .once()
+        .run(&store, || Ok::<_, Error>(1u32));
+    t.expect(
+        matches!(again, Err(Error::OutcomeUnknown { .. })),
+        format!("a once body that panicked ran again: {again:?}"),
+    );
     Ok(t)
 }
 
@@ -405,11 +526,13 @@ fn live_holder_kept<F: Factory>(factory: &F, _: &Settings) -> Result<Tally, Erro
     let done = std::sync::atomic::AtomicBool::new(false);
     let contenders: Vec<Tally> = std::thread::scope(|s| {
         let holder = s.spawn(|| {
-            let r = Call::new(scope.clone(), "long").lease(lease).run(&*store, || {
-                bodies.fetch_add(1, Ordering::SeqCst);
-                std::thread::sleep(lease * 3);
-                Ok::<_, Error>("holder".to_owned())
-            });
+            let r = Call::new(scope.clone(), "long")
+                .lease(lease)
+                .run(&*store, || {
+                    bodies.fetch_add(1, Ordering::SeqCst);
+                    std::thread::sleep(lease * 3);
+                    Ok::<_, Error>("holder".to_owned())
+                });
             done.store(true, Ordering::SeqCst);
             r
         });
@@ -420,10 +543,12 @@ fn live_holder_kept<F: Factory>(factory: &F, _: &Settings) -> Result<Tally, Erro
                     let mut t = Tally::default();
                     while !done.load(Ordering::SeqCst) {
                         t.calls += 1;
-                        match Call::new(scope.clone(), "long").lease(lease).run(&*store, || {
-                            bodies.fetch_add(1, Ordering::SeqCst);
-                            Ok::<_, Error>("contender".to_owned())
-                        }) {
+                        match Call::new(scope.clone(), "long")
+                            .lease(lease)
+                            .run(&*store, || {
+                                bodies.fetch_add(1, Ordering::SeqCst);
+                                Ok::<_, Error>("contender".to_owned())
+                            }) {
                             Ok(o) => {
                                 t.results.insert(o.value);
                             }
@@ -451,8 +576,17 @@ fn live_holder_kept<F: Factory>(factory: &F, _: &Settings) -> Result<Tally, Erro
         t.merge(c);
     }
     t.bodies = bodies.load(Ordering::SeqCst);
-    t.expect(t.bodies == 1, format!("the body ran {} times: the live holder was stolen from", t.bodies));
-    t.expect(!t.results.contains("contender"), "a contender ran the body".into());
+    t.expect(
+        t.bodies == 1,
+        format!(
+            "the body ran {} times: the live holder was stolen from",
+            t.bodies
+        ),
+    );
+    t.expect(
+        !t.results.contains("contender"),
+        "a contender ran the body".into(),
+    );
     Ok(t)
 }
 
@@ -470,16 +604,23 @@ fn stale_holder_taken<F: Factory>(factory: &F, _: &Settings) -> Result<Tally, Er
     other_boot.boot_id = "00000000-0000-4000-8000-000000000000".into();
     for (name, holder) in [("reused-pid", reused_pid), ("other-boot", other_boot)] {
         let key = Key::new(scope.clone(), name);
-        claimed(claim_raw(&store, &key, &holder, Duration::from_secs(30), None)?, &mut t, name);
+        claimed(
+            claim_raw(&store, &key, &holder, Duration::from_secs(30), None)?,
+            &mut t,
+            name,
+        );
         t.calls += 1;
         let started = Instant::now();
         match Call::new(scope.clone(), name).run(&store, || Ok::<_, Error>(name.to_owned())) {
             Ok(o) => {
                 t.bodies += 1;
                 t.results.insert(o.value);
-                t.notes.push(format!("{name} taken over in {:?}", started.elapsed()));
+                t.notes
+                    .push(format!("{name} taken over in {:?}", started.elapsed()));
             }
-            Err(e) => t.violations.push(format!("a {name} holder was not taken over: {e}")),
+            Err(e) => t
+                .violations
+                .push(format!("a {name} holder was not taken over: {e}")),
         }
     }
     Ok(t)
@@ -501,8 +642,19 @@ struct Line {
 fn payload() -> Payload {
     Payload {
         customer: "cus_1".into(),
-        lines: vec![Line { sku: "a".into(), cents: 100 }, Line { sku: "b".into(), cents: 250 }],
-        meta: (0..20).map(|i| (format!("k{i}"), format!("v{i}"))).collect(),
+        lines: vec![
+            Line {
+                sku: "a".into(),
+                cents: 100,
+            },
+            Line {
+                sku: "b".into(),
+                cents: 250,
+            },
+        ],
+        meta: (0..20)
+            .map(|i| (format!("k{i}"), format!("v{i}")))
+            .collect(),
     }
 }
 
@@ -515,10 +667,12 @@ fn payload_mismatch<F: Factory>(factory: &F, _: &Settings) -> Result<Tally, Erro
     let key = Key::new(scope.clone(), "order");
     let bodies = AtomicU64::new(0);
     let run = |p: &Payload| {
-        Call::new(scope.clone(), "order").payload(p).run(&*store, || {
-            bodies.fetch_add(1, Ordering::SeqCst);
-            Ok::<_, Error>("charged".to_owned())
-        })
+        Call::new(scope.clone(), "order")
+            .payload(p)
+            .run(&*store, || {
+                bodies.fetch_add(1, Ordering::SeqCst);
+                Ok::<_, Error>("charged".to_owned())
+            })
     };
     t.calls += 1;
     run(&payload())?;
@@ -526,31 +680,53 @@ fn payload_mismatch<F: Factory>(factory: &F, _: &Settings) -> Result<Tally, Erro
     let mut nested = payload();
     nested.lines[1].cents = 251;
     let mut reordered = payload();
-    reordered.meta = payload().meta.into_iter().collect::<Vec<_>>().into_iter().rev().collect();
+    reordered.meta = payload()
+        .meta
+        .into_iter()
+        .collect::<Vec<_>>()
+        .into_iter()
+        .rev()
+        .collect();
     t.calls += 2;
     let r = run(&nested);
-    t.expect(matches!(r, Err(Error::PayloadMismatch { .. })), format!("a nested change gave {r:?}"));
+    t.expect(
+        matches!(r, Err(Error::PayloadMismatch { .. })),
+        format!("a nested change gave {r:?}"),
+    );
     let r = run(&reordered);
-    t.expect(matches!(r, Ok(ref o) if o.replayed), format!("a reordered map gave {r:?}"));
-    t.expect(same_record(&store.inspect(&key)?, &before), "the record changed".into());
+    t.expect(
+        matches!(r, Ok(ref o) if o.replayed),
+        format!("a reordered map gave {r:?}"),
+    );
+    t.expect(
+        same_record(&store.inspect(&key)?, &before),
+        "the record changed".into(),
+    );
     // While the first call still runs.
     let running_key = "running";
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::scope(|s| {
         let first = s.spawn(|| {
-            Call::new(scope.clone(), running_key).payload(&payload()).run(&*store, || {
-                let _ = tx.send(());
-                std::thread::sleep(Duration::from_millis(200));
-                Ok::<_, Error>("first".to_owned())
-            })
+            Call::new(scope.clone(), running_key)
+                .payload(&payload())
+                .run(&*store, || {
+                    let _ = tx.send(());
+                    std::thread::sleep(Duration::from_millis(200));
+                    Ok::<_, Error>("first".to_owned())
+                })
         });
         let _ = rx.recv_timeout(Duration::from_secs(10));
         t.calls += 1;
-        let r = Call::new(scope.clone(), running_key).payload(&nested).run(&*store, || {
-            bodies.fetch_add(1, Ordering::SeqCst);
-            Ok::<_, Error>("second".to_owned())
-        });
-        t.expect(matches!(r, Err(Error::PayloadMismatch { .. })), format!("a changed payload while running gave {r:?}"));
+        let r = Call::new(scope.clone(), running_key)
+            .payload(&nested)
+            .run(&*store, || {
+                bodies.fetch_add(1, Ordering::SeqCst);
+                Ok::<_, Error>("second".to_owned())
+            });
+        t.expect(
+            matches!(r, Err(Error::PayloadMismatch { .. })),
+            format!("a changed payload while running gave {r:?}"),
+        );
         let _ = first.join();
     });
     t.bodies = bodies.load(Ordering::SeqCst);
@@ -575,7 +751,10 @@ fn record_bytes<S: Store + ?Sized>(store: &S, key: &Key, bytes: &[u8]) -> Result
     let holder = Holder::current();
     match claim_raw(store, key, &holder, Duration::from_secs(30), None)? {
         ClaimResponse::Claimed(c) => store.complete(&c, bytes, Duration::from_secs(3600)),
-        other => Err(Error::store_msg(Some(key), format!("could not claim to plant a record: {other:?}"))),
+        other => Err(Error::store_msg(
+            Some(key),
+            format!("could not claim to plant a record: {other:?}"),
+        )),
     }
 }
 
@@ -594,7 +773,12 @@ fn corrupt_record<F: Factory>(factory: &F, _: &Settings) -> Result<Tally, Error>
     let mut version = good.clone();
     version[1] = 200;
     let changed_type = codec::encode(&42u32).map_err(|e| Error::store_msg(None, e.to_string()))?;
-    for (name, bytes) in [("bit-flip", flipped), ("truncated", truncated), ("version", version), ("type-changed", changed_type)] {
+    for (name, bytes) in [
+        ("bit-flip", flipped),
+        ("truncated", truncated),
+        ("version", version),
+        ("type-changed", changed_type),
+    ] {
         let key = Key::new(scope.clone(), name);
         record_bytes(&store, &key, &bytes)?;
         let before = store.inspect(&key)?;
@@ -609,18 +793,32 @@ fn corrupt_record<F: Factory>(factory: &F, _: &Settings) -> Result<Tally, Error>
                 Err(e @ Error::Corrupt { kind, .. }) => {
                     t.error(e);
                     if name == "type-changed" {
-                        t.expect(matches!(kind, CorruptKind::Decode(_)), format!("a changed type gave {kind:?}"));
+                        t.expect(
+                            matches!(kind, CorruptKind::Decode(_)),
+                            format!("a changed type gave {kind:?}"),
+                        );
                     }
                 }
-                other => t.violations.push(format!("{name}: expected Corrupt, got {other:?}")),
+                other => t
+                    .violations
+                    .push(format!("{name}: expected Corrupt, got {other:?}")),
             }
         }
-        t.expect(bodies.load(Ordering::SeqCst) == 0, format!("{name}: the body ran"));
-        t.expect(same_record(&store.inspect(&key)?, &before), format!("{name}: the record was overwritten"));
+        t.expect(
+            bodies.load(Ordering::SeqCst) == 0,
+            format!("{name}: the body ran"),
+        );
+        t.expect(
+            same_record(&store.inspect(&key)?, &before),
+            format!("{name}: the record was overwritten"),
+        );
         store.forget(&key)?;
         t.calls += 1;
         let r = Call::new(scope.clone(), name).run(&store, || Ok::<_, Error>("fresh".to_owned()));
-        t.expect(matches!(r, Ok(ref o) if !o.replayed), format!("{name}: after forget: {r:?}"));
+        t.expect(
+            matches!(r, Ok(ref o) if !o.replayed),
+            format!("{name}: after forget: {r:?}"),
+        );
         t.bodies += bodies.load(Ordering::SeqCst) + 1;
     }
     Ok(t)
@@ -632,7 +830,9 @@ struct Unencodable;
 
 impl Serialize for Unencodable {
     fn serialize<S: serde::Serializer>(&self, _: S) -> Result<S::Ok, S::Error> {
-        Err(serde::ser::Error::custom("this value refuses to be encoded"))
+        Err(serde::ser::Error::custom(
+            "this value refuses to be encoded",
+        ))
     }
 }
 
@@ -642,7 +842,10 @@ fn unencodable_result<F: Factory>(factory: &F, _: &Settings) -> Result<Tally, Er
     let mut t = Tally::default();
     let (store, _) = factory.fresh()?;
     let scope = scope();
-    for (name, once, want) in [("replayable", false, Status::Released), ("once", true, Status::Unknown)] {
+    for (name, once, want) in [
+        ("replayable", false, Status::Released),
+        ("once", true, Status::Unknown),
+    ] {
         let mut call = Call::new(scope.clone(), name);
         if once {
             call = call.once();
@@ -652,10 +855,17 @@ fn unencodable_result<F: Factory>(factory: &F, _: &Settings) -> Result<Tally, Er
         let r = call.run(&store, || Ok::<_, Error>(Unencodable));
         match &r {
             Err(e @ Error::Codec { .. }) => t.error(e),
-            other => t.violations.push(format!("{name}: expected Codec, got {other:?}")),
+            other => t
+                .violations
+                .push(format!("{name}: expected Codec, got {other:?}")),
         }
-        let status = store.inspect(&Key::new(scope.clone(), name))?.map(|r| r.status);
-        t.expect(status == Some(want), format!("{name}: record is {status:?}, expected {want:?}"));
+        let status = store
+            .inspect(&Key::new(scope.clone(), name))?
+            .map(|r| r.status);
+        t.expect(
+            status == Some(want),
+            format!("{name}: record is {status:?}, expected {want:?}"),
+        );
     }
     Ok(t)
 }
@@ -681,19 +891,29 @@ fn expiry<F: Factory>(factory: &F, _: &Settings) -> Result<Tally, Error> {
         t.calls += 2;
         let a = call(once)?;
         let b = call(once)?;
-        t.expect(b.replayed && a.value == b.value, format!("once={once}: not replayed within ttl"));
+        t.expect(
+            b.replayed && a.value == b.value,
+            format!("once={once}: not replayed within ttl"),
+        );
     }
     std::thread::sleep(ttl + Duration::from_millis(200));
     t.calls += 1;
     let r = call(false)?;
-    t.expect(!r.replayed, "a replayable record past its ttl was replayed".into());
+    t.expect(
+        !r.replayed,
+        "a replayable record past its ttl was replayed".into(),
+    );
     let present = store.inspect(&Key::new(scope.clone(), "once"))?.is_some();
     t.calls += 1;
     let r = call(true)?;
     if present {
-        t.expect(r.replayed, "a once record past its ttl but present ran again".into());
+        t.expect(
+            r.replayed,
+            "a once record past its ttl but present ran again".into(),
+        );
     }
-    t.notes.push(format!("expired once record present: {present}"));
+    t.notes
+        .push(format!("expired once record present: {present}"));
     let purged = store.purge_expired(1000)?;
     t.notes.push(format!("purged {purged}"));
     t.bodies = bodies.load(Ordering::SeqCst);
@@ -727,22 +947,50 @@ fn once_unknown<F: Factory>(factory: &F, _: &Settings) -> Result<Tally, Error> {
     t.calls += 2;
     for _ in 0..2 {
         let r = Call::new(scope.clone(), "unknown").once().run(&store, body);
-        t.expect(matches!(r, Err(Error::OutcomeUnknown { .. })), format!("without reconcile: {r:?}"));
+        t.expect(
+            matches!(r, Err(Error::OutcomeUnknown { .. })),
+            format!("without reconcile: {r:?}"),
+        );
     }
     t.calls += 2;
-    let r = Call::new(scope.clone(), "done").once().run_reconciled(&store, || Ok(Reconciled::Done("found in ledger".to_owned())), body);
-    t.expect(matches!(r, Ok(ref o) if o.value == "found in ledger"), format!("reconcile Done: {r:?}"));
+    let r = Call::new(scope.clone(), "done").once().run_reconciled(
+        &store,
+        || Ok(Reconciled::Done("found in ledger".to_owned())),
+        body,
+    );
+    t.expect(
+        matches!(r, Ok(ref o) if o.value == "found in ledger"),
+        format!("reconcile Done: {r:?}"),
+    );
     let r = Call::new(scope.clone(), "done").once().run(&store, body);
-    t.expect(matches!(r, Ok(ref o) if o.replayed && o.value == "found in ledger"), format!("after Done: {r:?}"));
+    t.expect(
+        matches!(r, Ok(ref o) if o.replayed && o.value == "found in ledger"),
+        format!("after Done: {r:?}"),
+    );
     t.calls += 1;
-    let r = Call::new(scope.clone(), "not-done").once().run_reconciled(&store, || Ok(Reconciled::NotDone), body);
-    t.expect(matches!(r, Ok(ref o) if o.value == "charged" && !o.replayed), format!("reconcile NotDone: {r:?}"));
+    let r = Call::new(scope.clone(), "not-done").once().run_reconciled(
+        &store,
+        || Ok(Reconciled::NotDone),
+        body,
+    );
+    t.expect(
+        matches!(r, Ok(ref o) if o.value == "charged" && !o.replayed),
+        format!("reconcile NotDone: {r:?}"),
+    );
     t.bodies = bodies.load(Ordering::SeqCst);
-    t.expect(t.bodies == 1, format!("the body ran {} times, expected once (after NotDone)", t.bodies));
+    t.expect(
+        t.bodies == 1,
+        format!(
+            "the body ran {} times, expected once (after NotDone)",
+            t.bodies
+        ),
+    );
     // An operator can resolve an unknown outcome by forgetting the key.
     store.forget(&Key::new(scope.clone(), "unknown"))?;
     t.calls += 1;
-    let r = Call::new(scope.clone(), "unknown").once().run(&store, || Ok::<_, Error>("after forget".to_owned()));
+    let r = Call::new(scope.clone(), "unknown")
+        .once()
+        .run(&store, || Ok::<_, Error>("after forget".to_owned()));
     t.expect(r.is_ok(), format!("after forget: {r:?}"));
     Ok(t)
 }
@@ -797,7 +1045,10 @@ fn async_calls<F: Factory>(factory: &F, _: &Settings) -> Result<Tally, Error> {
     });
     t.calls = results.values().sum();
     t.results = results.keys().cloned().collect();
-    t.expect(results.len() == 1 && results.contains_key("async result"), format!("results: {results:?}"));
+    t.expect(
+        results.len() == 1 && results.contains_key("async result"),
+        format!("results: {results:?}"),
+    );
     // A future dropped mid-body.
     let dropped = rt.block_on(async {
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
@@ -826,12 +1077,21 @@ fn async_calls<F: Factory>(factory: &F, _: &Settings) -> Result<Tally, Error> {
     t.calls += 1;
     match dropped {
         (Ok(o), took) => {
-            t.expect(o.value == "after drop", format!("after a dropped future: {}", o.value));
-            t.notes.push(format!("claim of a dropped future freed after {took:?}"));
+            t.expect(
+                o.value == "after drop",
+                format!("after a dropped future: {}", o.value),
+            );
+            t.notes
+                .push(format!("claim of a dropped future freed after {took:?}"));
         }
-        (Err(e), _) => t.violations.push(format!("after a dropped future the next call failed: {e}")),
+        (Err(e), _) => t
+            .violations
+            .push(format!("after a dropped future the next call failed: {e}")),
     }
     t.bodies = bodies.load(Ordering::SeqCst);
-    t.expect(t.bodies == 1, format!("the async body ran {} times", t.bodies));
+    t.expect(
+        t.bodies == 1,
+        format!("the async body ran {} times", t.bodies),
+    );
     Ok(t)
 }

@@ -138,8 +138,13 @@ impl Kid {
             .name()
             .map(str::to_owned)
             .filter(|n| n != "main")
-            .ok_or_else(|| Error::config("the conformance suite must run inside a #[test] to start child processes"))?;
-        let exe = std::env::current_exe().map_err(|e| Error::store(None, "finding the test binary", e))?;
+            .ok_or_else(|| {
+                Error::config(
+                    "the conformance suite must run inside a #[test] to start child processes",
+                )
+            })?;
+        let exe = std::env::current_exe()
+            .map_err(|e| Error::store(None, "finding the test binary", e))?;
         let mut child = Command::new(exe)
             .args([test.as_str(), "--exact", "--nocapture", "--test-threads=1"])
             .env(ROLE, role)
@@ -193,7 +198,9 @@ pub(super) fn run_all<F: Factory>(factory: &F, settings: &Settings, report: &mut
     for (name, check) in checks {
         let started = Instant::now();
         eprintln!("conformance [{}]: {name}", factory.name());
-        let tally = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| check(factory, settings))) {
+        let tally = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            check(factory, settings)
+        })) {
             Ok(Ok(t)) => t,
             Ok(Err(e)) => Tally {
                 violations: vec![format!("the store failed: {e}")],
@@ -237,7 +244,8 @@ fn process_storm<F: Factory>(factory: &F, settings: &Settings) -> Result<Tally, 
     let mut seen: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for mut kid in kids {
         let Some(line) = kid.next() else {
-            t.violations.push("a child process ended without a report".into());
+            t.violations
+                .push("a child process ended without a report".into());
             continue;
         };
         let summary: serde_json::Value = serde_json::from_str(&line).unwrap_or_default();
@@ -245,7 +253,9 @@ fn process_storm<F: Factory>(factory: &F, settings: &Settings) -> Result<Tally, 
         if let Some(map) = summary["seen"].as_object() {
             for (k, vs) in map {
                 for v in vs.as_array().into_iter().flatten() {
-                    seen.entry(k.clone()).or_default().insert(v.as_str().unwrap_or("").to_owned());
+                    seen.entry(k.clone())
+                        .or_default()
+                        .insert(v.as_str().unwrap_or("").to_owned());
                 }
             }
         }
@@ -262,16 +272,35 @@ fn process_storm<F: Factory>(factory: &F, settings: &Settings) -> Result<Tally, 
         *per_key.entry(line).or_default() += 1;
     }
     t.bodies = per_key.values().sum();
-    let twice: Vec<_> = per_key.iter().filter(|(_, n)| **n > 1).map(|(k, n)| format!("{k}x{n}")).collect();
-    t.expect(twice.is_empty(), format!("bodies ran more than once across processes: {twice:?}"));
-    let diverged: Vec<_> = seen.iter().filter(|(_, v)| v.len() > 1).map(|(k, _)| k.clone()).collect();
-    t.expect(diverged.is_empty(), format!("keys with more than one result: {diverged:?}"));
+    let twice: Vec<_> = per_key
+        .iter()
+        .filter(|(_, n)| **n > 1)
+        .map(|(k, n)| format!("{k}x{n}"))
+        .collect();
+    t.expect(
+        twice.is_empty(),
+        format!("bodies ran more than once across processes: {twice:?}"),
+    );
+    let diverged: Vec<_> = seen
+        .iter()
+        .filter(|(_, v)| v.len() > 1)
+        .map(|(k, _)| k.clone())
+        .collect();
+    t.expect(
+        diverged.is_empty(),
+        format!("keys with more than one result: {diverged:?}"),
+    );
     t.results = seen.keys().cloned().collect();
     Ok(t)
 }
 
 /// Starts a holder child on `key` "held" of `scope` and waits until it has claimed.
-fn start_holder(locator: &str, scope: &str, go: &std::path::Path, lease: Duration) -> Result<Kid, Error> {
+fn start_holder(
+    locator: &str,
+    scope: &str,
+    go: &std::path::Path,
+    lease: Duration,
+) -> Result<Kid, Error> {
     let mut kid = Kid::spawn(
         "hold",
         locator,
@@ -279,7 +308,10 @@ fn start_holder(locator: &str, scope: &str, go: &std::path::Path, lease: Duratio
     )?;
     match kid.next().as_deref() {
         Some("claimed") => Ok(kid),
-        other => Err(Error::store_msg(None, format!("the holder child did not claim: {other:?}"))),
+        other => Err(Error::store_msg(
+            None,
+            format!("the holder child did not claim: {other:?}"),
+        )),
     }
 }
 
@@ -298,23 +330,31 @@ fn dead_holder<F: Factory>(factory: &F, _: &Settings) -> Result<Tally, Error> {
         let _ = kid.child.wait();
         let started = Instant::now();
         t.calls += 1;
-        match Call::new(scope.clone(), "held").run(&store, || Ok::<_, Error>("successor".to_owned())) {
+        match Call::new(scope.clone(), "held")
+            .run(&store, || Ok::<_, Error>("successor".to_owned()))
+        {
             Ok(o) => {
                 times.push(started.elapsed());
                 t.bodies += 1;
                 t.results.insert(o.value);
                 let old = before.as_ref().map(|r| r.fence).unwrap_or(0);
-                t.expect(o.fence > old, format!("round {round}: fence {} not above {old}", o.fence));
+                t.expect(
+                    o.fence > old,
+                    format!("round {round}: fence {} not above {old}", o.fence),
+                );
             }
             Err(e) => {
                 t.error(&e);
-                t.violations.push(format!("round {round}: the dead holder was not taken over at once: {e}"));
+                t.violations.push(format!(
+                    "round {round}: the dead holder was not taken over at once: {e}"
+                ));
             }
         }
     }
     times.sort();
     if let Some(max) = times.last() {
-        t.notes.push(format!("takeover max {max:?} over {} kills", times.len()));
+        t.notes
+            .push(format!("takeover max {max:?} over {} kills", times.len()));
     }
     Ok(t)
 }
@@ -332,27 +372,37 @@ fn zombie_holder<F: Factory>(factory: &F, _: &Settings) -> Result<Tally, Error> 
     std::thread::sleep(lease + Duration::from_millis(400));
     let bodies = AtomicU64::new(0);
     t.calls += 1;
-    match Call::new(scope.clone(), "held").lease(lease).run(&store, || {
-        bodies.fetch_add(1, Ordering::SeqCst);
-        Ok::<_, Error>("the successor's result".to_owned())
-    }) {
+    match Call::new(scope.clone(), "held")
+        .lease(lease)
+        .run(&store, || {
+            bodies.fetch_add(1, Ordering::SeqCst);
+            Ok::<_, Error>("the successor's result".to_owned())
+        }) {
         Ok(o) => {
             t.results.insert(o.value);
         }
-        Err(e) => t.violations.push(format!("no successor took over the stopped holder: {e}")),
+        Err(e) => t
+            .violations
+            .push(format!("no successor took over the stopped holder: {e}")),
     }
     let _ = std::fs::write(&go, b"go");
     kid.signal(Signal::SIGCONT);
     let said = kid.next();
     let _ = std::fs::remove_file(&go);
-    t.expect(said.as_deref() == Some("error lease_lost"), format!("the zombie holder reported {said:?}, not LeaseLost"));
+    t.expect(
+        said.as_deref() == Some("error lease_lost"),
+        format!("the zombie holder reported {said:?}, not LeaseLost"),
+    );
     let rec = store.inspect(&Key::new(scope.clone(), "held"))?;
     let kept = rec
         .as_ref()
         .filter(|r| r.status == Status::Completed)
         .and_then(|r| r.result.as_deref())
         .map(crate::codec::decode::<String>);
-    t.expect(kept == Some(Ok("the successor's result".into())), format!("the store keeps {kept:?}"));
+    t.expect(
+        kept == Some(Ok("the successor's result".into())),
+        format!("the store keeps {kept:?}"),
+    );
     t.bodies = bodies.load(Ordering::SeqCst) + 1;
     Ok(t)
 }

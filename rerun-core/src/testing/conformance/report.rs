@@ -79,7 +79,12 @@ impl Report {
     pub fn violations(&self) -> Vec<String> {
         self.checks
             .iter()
-            .flat_map(|c| c.tally.violations.iter().map(move |v| format!("{}: {v}", c.check)))
+            .flat_map(|c| {
+                c.tally
+                    .violations
+                    .iter()
+                    .map(move |v| format!("{}: {v}", c.check))
+            })
             .collect()
     }
 
