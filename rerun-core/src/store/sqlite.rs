@@ -50,8 +50,38 @@ CREATE TABLE IF NOT EXISTS rerun_records (
 ) WITHOUT ROWID;
 ";
 
-const COLUMNS: &str = "status, fence, fingerprint, holder, once, boot_id, lease_until, \
-                       expires_mono, expires_wall, result, scope, id";
+/// The columns every read selects, in the order `record_of` reads them.
+macro_rules! columns {
+    () => {
+        "status, fence, fingerprint, holder, once, boot_id, lease_until, \
+         expires_mono, expires_wall, result, scope, id"
+    };
+}
+
+/// The read of one record: a constant, so the statement cache is hit without building the text.
+const READ_ONE: &str = concat!(
+    "SELECT ",
+    columns!(),
+    " FROM rerun_records WHERE scope = ?1 AND id = ?2"
+);
+
+/// One page of a scan, in key order.
+const READ_PAGE: &str = concat!(
+    "SELECT ",
+    columns!(),
+    " FROM rerun_records WHERE (scope, id) > (?1, ?2) ORDER BY scope, id LIMIT ?3"
+);
+
+/// How many shards the connection pool has.
+const SHARDS: usize = 8;
+
+/// This thread's pool shard.
+fn this_shard() -> usize {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    thread_local!(static SHARD: usize = NEXT.fetch_add(1, Ordering::Relaxed) % SHARDS);
+    SHARD.with(|s| *s)
+}
 
 /// The embedded store: a SQLite file shared by every process on one host.
 ///
@@ -72,7 +102,8 @@ pub struct SqliteStore {
 
 struct Inner {
     path: PathBuf,
-    pool: Mutex<Vec<Connection>>,
+    /// Idle connections, in shards picked by thread so concurrent callers rarely share a lock.
+    pool: [Mutex<Vec<Connection>>; SHARDS],
     clock: Arc<dyn Clock>,
     busy_timeout: Duration,
 }
@@ -163,7 +194,7 @@ impl SqliteStore {
         let store = SqliteStore {
             inner: Arc::new(Inner {
                 path,
-                pool: Mutex::new(Vec::new()),
+                pool: std::array::from_fn(|_| Mutex::new(Vec::new())),
                 clock: options.clock,
                 busy_timeout: options.busy_timeout,
             }),
@@ -221,26 +252,26 @@ impl SqliteStore {
         Ok(())
     }
 
-    fn take(&self) -> Result<Connection, Error> {
-        let pooled = self
-            .inner
-            .pool
+    fn shard(&self, i: usize) -> std::sync::MutexGuard<'_, Vec<Connection>> {
+        self.inner.pool[i % SHARDS]
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .pop();
-        match pooled {
-            Some(conn) => Ok(conn),
-            None => self.connect(),
+    }
+
+    /// An idle connection: from this thread's shard, else any other, else a new one.
+    fn take(&self) -> Result<Connection, Error> {
+        let home = this_shard();
+        for i in home..home + SHARDS {
+            if let Some(conn) = self.shard(i).pop() {
+                return Ok(conn);
+            }
         }
+        self.connect()
     }
 
     fn put_back(&self, conn: Connection) {
         if conn.is_autocommit() {
-            self.inner
-                .pool
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .push(conn);
+            self.shard(this_shard()).push(conn);
         }
         // A connection left inside a transaction is dropped (which rolls it back).
     }
@@ -258,9 +289,7 @@ impl SqliteStore {
 
     fn read(&self, conn: &Connection, key: &Key) -> Result<Option<LocalRecord>, Error> {
         let mut stmt = conn
-            .prepare_cached(&format!(
-                "SELECT {COLUMNS} FROM rerun_records WHERE scope = ?1 AND id = ?2"
-            ))
+            .prepare_cached(READ_ONE)
             .map_err(|e| sql_err(Some(key), "reading the record", e))?;
         let row = stmt
             .query_row(params![key.scope(), key.id()], |r| Ok(record_of(r)))
@@ -276,12 +305,13 @@ impl SqliteStore {
         &self,
         req: &ClaimRequest<'_>,
         decision: Decision,
-        current: Option<&LocalRecord>,
+        current: Option<&mut LocalRecord>,
     ) -> Option<ClaimResponse> {
         match (decision, current) {
+            // The record was read for this answer alone: its result moves out, uncopied.
             (Decision::Replay, Some(rec)) => Some(ClaimResponse::Replay(Replay {
                 fence: rec.fence,
-                result: rec.result.clone().unwrap_or_default(),
+                result: rec.result.take().unwrap_or_default(),
             })),
             (Decision::Mismatch, _) => Some(ClaimResponse::Mismatch),
             (Decision::Busy { lease_remaining }, Some(rec)) => Some(ClaimResponse::Busy(Busy {
@@ -391,10 +421,10 @@ impl Store for SqliteStore {
         let boot = this_boot();
         self.with(|conn| {
             // Optimistic read first: a replay, a mismatch or a live holder needs no write lock.
-            let current = self.read(conn, key)?;
+            let mut current = self.read(conn, key)?;
             let now = self.inner.clock.now();
             let decision = decide(current.as_ref(), req, now, boot);
-            if let Some(answer) = self.answer(req, decision, current.as_ref()) {
+            if let Some(answer) = self.answer(req, decision, current.as_mut()) {
                 return Ok(answer);
             }
             if req.once {
@@ -406,10 +436,10 @@ impl Store for SqliteStore {
                 // write below are one atomic step: two processes cannot both see "absent".
                 conn.execute_batch("BEGIN IMMEDIATE")
                     .map_err(|e| sql_err(Some(key), "claiming", e))?;
-                let current = self.read(conn, key)?;
+                let mut current = self.read(conn, key)?;
                 let now = self.inner.clock.now();
                 let decision = decide(current.as_ref(), req, now, boot);
-                if let Some(answer) = self.answer(req, decision.clone(), current.as_ref()) {
+                if let Some(answer) = self.answer(req, decision.clone(), current.as_mut()) {
                     conn.execute_batch("COMMIT")
                         .map_err(|e| sql_err(Some(key), "claiming", e))?;
                     return Ok(answer);
@@ -539,10 +569,7 @@ impl Store for SqliteStore {
                 .map(|k| (k.scope(), k.id()))
                 .unwrap_or(("", ""));
             let mut stmt = conn
-                .prepare_cached(&format!(
-                    "SELECT {COLUMNS} FROM rerun_records WHERE (scope, id) > (?1, ?2) \
-                     ORDER BY scope, id LIMIT ?3"
-                ))
+                .prepare_cached(READ_PAGE)
                 .map_err(|e| sql_err(None, "scanning records", e))?;
             let rows = stmt
                 .query_map(params![scope, id, limit as i64], |r| {
