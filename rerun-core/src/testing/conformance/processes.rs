@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
-use super::checks::{panic_text, skewed};
-use super::report::{CheckReport, Report, Tally};
+use super::checks::{run_checks, skewed, Check};
+use super::report::{Report, Tally};
 use super::{unique, Factory, Settings};
 use crate::error::Error;
 use crate::key::Key;
@@ -189,34 +189,12 @@ impl Drop for Kid {
 }
 
 pub(super) fn run_all<F: Factory>(factory: &F, settings: &Settings, report: &mut Report) {
-    type Check<F> = fn(&F, &Settings) -> Result<Tally, Error>;
     let checks: [(&'static str, Check<F>); 3] = [
         ("process_storm", process_storm),
         ("dead_holder", dead_holder),
         ("zombie_holder", zombie_holder),
     ];
-    for (name, check) in checks {
-        let started = Instant::now();
-        eprintln!("conformance [{}]: {name}", factory.name());
-        let tally = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            check(factory, settings)
-        })) {
-            Ok(Ok(t)) => t,
-            Ok(Err(e)) => Tally {
-                violations: vec![format!("the store failed: {e}")],
-                ..Tally::default()
-            },
-            Err(p) => Tally {
-                violations: vec![format!("the check panicked: {}", panic_text(&*p))],
-                ..Tally::default()
-            },
-        };
-        report.checks.push(CheckReport {
-            check: name,
-            tally,
-            elapsed: started.elapsed(),
-        });
-    }
+    run_checks(factory, settings, report, &checks);
 }
 
 /// Reliability 4: 8 processes x 500 calls over 100 skewed keys: per key, body once across all
