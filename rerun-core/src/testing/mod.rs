@@ -15,8 +15,8 @@ pub use harness::{
 /// When it is unset, prints a notice and returns `None`, so the test can return early as
 /// skipped; with `RERUN_REQUIRE_SERVICES=1` a missing URL fails the test instead.
 ///
-/// ```
-/// if let Some(url) = rerun_core::testing::service_url("RERUN_TEST_NO_SUCH_SERVER_URL") {
+/// ```no_run
+/// if let Some(url) = rerun_core::testing::service_url("RERUN_TEST_POSTGRES_URL") {
 ///     // … run against the server at `url`
 /// # let _ = url;
 /// }
