@@ -115,21 +115,6 @@ pub mod __private {
         o
     }
 
-    /// The global store, for functions without `store = …`.
-    pub fn global_store() -> Result<&'static dyn DynStore, Error> {
-        crate::global()
-    }
-
-    /// The call of an annotated function: key, payload fingerprint and options.
-    pub fn call<K: IntoKey + ?Sized, P: Serialize + ?Sized>(
-        scope: &'static str,
-        key: &K,
-        payload: &P,
-        options: Options,
-    ) -> Call {
-        Call::new(scope, key).payload(payload).options(options)
-    }
-
     /// Checks at compile time that a payload argument is serializable, with our message.
     #[diagnostic::on_unimplemented(
         message = "this argument is part of the payload fingerprint, but its type `{Self}` does not implement `serde::Serialize`",
@@ -159,64 +144,6 @@ pub mod __private {
     pub trait Recordable: Serialize + DeserializeOwned {}
     #[diagnostic::do_not_recommend]
     impl<T: Serialize + DeserializeOwned> Recordable for T {}
-
-    /// Runs a sync annotated function.
-    pub fn run_sync<S, T, E, F>(store: &S, call: Call, body: F) -> Result<T, E>
-    where
-        S: Store + ?Sized,
-        T: Recordable,
-        E: FromRerunError,
-        F: FnOnce() -> Result<T, E>,
-    {
-        call.run(store, body).map(|o| o.value)
-    }
-
-    /// Runs a sync `once` annotated function with its reconcile function.
-    pub fn run_sync_reconciled<S, T, E, R, F>(
-        store: &S,
-        call: Call,
-        reconcile: R,
-        body: F,
-    ) -> Result<T, E>
-    where
-        S: Store + ?Sized,
-        T: Recordable,
-        E: FromRerunError,
-        R: FnOnce() -> Result<Reconciled<T>, E>,
-        F: FnOnce() -> Result<T, E>,
-    {
-        call.run_reconciled(store, reconcile, body).map(|o| o.value)
-    }
-
-    /// Runs an async annotated function.
-    pub async fn run_async<S, T, E, F>(store: &S, call: Call, body: F) -> Result<T, E>
-    where
-        S: AsyncStore + ?Sized,
-        T: Recordable,
-        E: FromRerunError,
-        F: Future<Output = Result<T, E>>,
-    {
-        call.run_async(store, body).await.map(|o| o.value)
-    }
-
-    /// Runs an async `once` annotated function with its reconcile future.
-    pub async fn run_async_reconciled<S, T, E, R, F>(
-        store: &S,
-        call: Call,
-        reconcile: R,
-        body: F,
-    ) -> Result<T, E>
-    where
-        S: AsyncStore + ?Sized,
-        T: Recordable,
-        E: FromRerunError,
-        R: Future<Output = Result<Reconciled<T>, E>>,
-        F: Future<Output = Result<T, E>>,
-    {
-        call.run_async_reconciled(store, reconcile, body)
-            .await
-            .map(|o| o.value)
-    }
 
     /// The payload fingerprint of an annotated function, built one argument at a time.
     ///
