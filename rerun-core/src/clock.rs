@@ -1,4 +1,4 @@
-//! The clock of one host: `CLOCK_BOOTTIME` for leases and expiry, the wall clock only where a
+//! The clock of one host: `CLOCK_BOOTTIME` (without any time namespace's offset) for leases and expiry, the wall clock only where a
 //! record outlives the boot that wrote it.
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
@@ -27,8 +27,14 @@ pub struct HostClock;
 
 impl Clock for HostClock {
     fn now(&self) -> Now {
+        // Inside a time namespace CLOCK_BOOTTIME is shifted by the namespace's offset; taking
+        // the offset off gives the boot's own clock, the same in every namespace of one boot.
+        let offset = crate::process::current().boottime_offset_ns;
         let mono_ns = nix::time::clock_gettime(nix::time::ClockId::CLOCK_BOOTTIME)
-            .map(|t| (t.tv_sec() as u64).saturating_mul(1_000_000_000) + t.tv_nsec() as u64)
+            .map(|t| {
+                let ns = i128::from(t.tv_sec()) * 1_000_000_000 + i128::from(t.tv_nsec());
+                u64::try_from(ns - offset).unwrap_or(0)
+            })
             .unwrap_or_else(|_| fallback_mono_ns());
         let wall_ms = SystemTime::now()
             .duration_since(UNIX_EPOCH)

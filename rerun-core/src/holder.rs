@@ -1,25 +1,33 @@
 //! Who holds a claim, and whether that holder is provably dead.
 //!
-//! A holder is identified by host, boot id, pid and process start time, plus an attempt id
-//! unique within the process. On the holder's own host, death is provable: the boot id changed
-//! (the machine rebooted), the pid is gone, or the pid now belongs to a process that started at
-//! another time (a reused pid is not the holder). A pid we may not signal (`EPERM`) exists and is
-//! treated as alive. On another host nothing is provable, and only the lease decides.
+//! A holder is identified by boot id, PID namespace, pid and process start time, plus an attempt
+//! id unique within the process (and its host name, for people). Death is provable only from
+//! inside the holder's own process table: the same running kernel (boot id) **and** the same PID
+//! namespace, with a `/proc` that shows that namespace. There, the holder is dead when its pid is
+//! gone, or belongs to a process that started at another time (a reused pid is not the holder).
+//! A pid we may not signal (`EPERM`) exists and is treated as alive.
+//!
+//! Nothing else proves anything: a host name is shared by containers with host networking,
+//! cloned machines and every `localhost`; a different boot id may be another machine as well as
+//! a reboot. Such holders are judged by their lease alone.
 
 use std::borrow::Cow;
 use std::cell::Cell;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::OnceLock;
+
+use crate::process;
 
 /// The identity of one attempt to run a key's body.
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub struct Holder {
-    /// Host name.
+    /// Host name, for people: it proves nothing about liveness.
     pub host: Cow<'static, str>,
     /// The kernel's boot id (`/proc/sys/kernel/random/boot_id`), empty where unknown.
     pub boot_id: Cow<'static, str>,
-    /// Process id.
+    /// Inode of the holder's PID namespace (`/proc/self/ns/pid`), 0 where unknown.
+    pub pid_ns: u64,
+    /// Process id, in the holder's PID namespace.
     pub pid: u32,
     /// Process start time in clock ticks since boot (field 22 of `/proc/PID/stat`), 0 where unknown.
     pub start_time: u64,
@@ -34,18 +42,11 @@ pub enum Liveness {
     Alive,
     /// The holder's process is provably gone.
     Dead,
-    /// The holder is on another host: only its lease can tell.
+    /// The holder's process table is not ours to see (another kernel, another PID namespace,
+    /// or an identity that was not recorded): only its lease can tell.
     Unknown,
 }
 
-struct Process {
-    host: String,
-    boot_id: String,
-    pid: u32,
-    start_time: u64,
-}
-
-static PROCESS: OnceLock<Process> = OnceLock::new();
 static NEXT_BLOCK: AtomicU64 = AtomicU64::new(0);
 const BLOCK: u64 = 1 << 16;
 
@@ -67,60 +68,19 @@ fn next_attempt() -> u64 {
     })
 }
 
-fn process() -> &'static Process {
-    PROCESS.get_or_init(|| {
-        let pid = std::process::id();
-        Process {
-            host: host_name(),
-            boot_id: boot_id(),
-            pid,
-            start_time: start_time_of(pid).unwrap_or(0),
-        }
-    })
-}
-
-fn host_name() -> String {
-    nix::unistd::gethostname()
-        .ok()
-        .and_then(|h| h.into_string().ok())
-        .unwrap_or_else(|| "localhost".to_owned())
-}
-
-/// The boot id of the running kernel, read once.
+/// The boot id of the running kernel.
 pub fn this_boot() -> &'static str {
-    &process().boot_id
-}
-
-/// The boot id of this machine, empty where the kernel does not expose one.
-fn boot_id() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
-        .map(|s| s.trim().to_owned())
-        .unwrap_or_default()
-}
-
-/// Field 22 of `/proc/PID/stat` (start time) and whether the process is a zombie.
-fn stat_of(pid: u32) -> Option<(u64, bool)> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name (field 2) may contain spaces and parentheses: split after its last ')'.
-    let rest = &stat[stat.rfind(')')? + 1..];
-    let mut fields = rest.split_whitespace();
-    let state = fields.next()?;
-    // `rest` starts at field 3 (state); start time is field 22.
-    let start = fields.nth(18)?.parse().ok()?;
-    Some((start, state == "Z" || state == "X"))
-}
-
-fn start_time_of(pid: u32) -> Option<u64> {
-    stat_of(pid).map(|(start, _)| start)
+    &process::current().boot_id
 }
 
 impl Holder {
-    /// A new attempt of this process.
+    /// A new attempt of this process (of this fork generation: a forked child is its own holder).
     pub fn current() -> Holder {
-        let p = process();
+        let p = process::current();
         Holder {
             host: Cow::Borrowed(p.host.as_str()),
             boot_id: Cow::Borrowed(p.boot_id.as_str()),
+            pid_ns: p.pid_ns,
             pid: p.pid,
             start_time: p.start_time,
             attempt: next_attempt(),
@@ -129,66 +89,125 @@ impl Holder {
 
     /// Whether this holder is this process.
     pub fn is_this_process(&self) -> bool {
-        let p = process();
+        let p = process::current();
         self.pid == p.pid
             && self.start_time == p.start_time
+            && self.pid_ns == p.pid_ns
             && *self.boot_id == *p.boot_id
-            && *self.host == *p.host
+    }
+
+    /// Whether this process can see the holder's process table (see the module docs).
+    fn shares_process_table(&self) -> bool {
+        let p = process::current();
+        p.proc_is_ours
+            && !p.boot_id.is_empty()
+            && p.pid_ns != 0
+            && *self.boot_id == *p.boot_id
+            && self.pid_ns == p.pid_ns
     }
 
     /// What this process can tell about the holder (see the module docs).
     pub fn liveness(&self) -> Liveness {
-        let p = process();
-        if *self.host != *p.host {
+        if !self.shares_process_table() {
             return Liveness::Unknown;
         }
-        if p.boot_id.is_empty() || self.boot_id.is_empty() {
-            return Liveness::Unknown;
-        }
-        if *self.boot_id != *p.boot_id {
-            return Liveness::Dead;
-        }
+        let p = process::current();
         if self.pid == p.pid {
-            return if self.start_time == p.start_time {
+            return if self.start_time == p.start_time || self.start_time == 0 {
                 Liveness::Alive
             } else {
                 Liveness::Dead
             };
         }
         let Ok(pid) = i32::try_from(self.pid) else {
+            // No process of this namespace has such a pid.
             return Liveness::Dead;
         };
-        let signal = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None);
-        classify(signal, stat_of(self.pid), self.start_time)
-    }
-
-    /// The holder as one line of text, as stores keep it: `host\tboot\tpid\tstart\tattempt`.
-    pub fn encode(&self) -> String {
-        format!(
-            "{}\t{}\t{}\t{}\t{}",
-            self.host, self.boot_id, self.pid, self.start_time, self.attempt
-        )
-    }
-
-    /// Parses [`Holder::encode`]'s text.
-    pub fn decode(s: &str) -> Option<Holder> {
-        let mut it = s.split('\t');
-        let host = it.next()?;
-        let boot_id = it.next()?;
-        let pid = it.next()?.parse().ok()?;
-        let start_time = it.next()?.parse().ok()?;
-        let attempt = it.next()?.parse().ok()?;
-        if it.next().is_some() {
-            return None;
+        if pid <= 0 {
+            return Liveness::Unknown;
         }
-        Some(Holder {
-            host: Cow::Owned(host.to_owned()),
-            boot_id: Cow::Owned(boot_id.to_owned()),
-            pid,
-            start_time,
-            attempt,
-        })
+        let signal = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None);
+        classify(signal, process::stat_of(self.pid), self.start_time)
     }
+
+    /// The holder as one line of text, as stores keep it:
+    /// `2\thost\tboot\tpid_ns\tpid\tstart\tattempt`, host and boot id escaped so that no
+    /// name (a tab in a host name) can shift the fields.
+    pub fn encode(&self) -> String {
+        let mut out = String::with_capacity(self.host.len() + self.boot_id.len() + 64);
+        out.push_str("2\t");
+        escape_into(&mut out, &self.host);
+        out.push('\t');
+        escape_into(&mut out, &self.boot_id);
+        use std::fmt::Write as _;
+        let _ = write!(
+            out,
+            "\t{}\t{}\t{}\t{}",
+            self.pid_ns, self.pid, self.start_time, self.attempt
+        );
+        out
+    }
+
+    /// Parses [`Holder::encode`]'s text, and the five-field form of rerun 0.1
+    /// (`host\tboot\tpid\tstart\tattempt`, read with an unknown PID namespace: such a holder is
+    /// judged by its lease).
+    pub fn decode(s: &str) -> Option<Holder> {
+        let fields: Vec<&str> = s.split('\t').collect();
+        match fields.as_slice() {
+            ["2", host, boot, pid_ns, pid, start, attempt] => Some(Holder {
+                host: Cow::Owned(unescape(host)?),
+                boot_id: Cow::Owned(unescape(boot)?),
+                pid_ns: pid_ns.parse().ok()?,
+                pid: pid.parse().ok()?,
+                start_time: start.parse().ok()?,
+                attempt: attempt.parse().ok()?,
+            }),
+            [host, boot, pid, start, attempt] => Some(Holder {
+                host: Cow::Owned((*host).to_owned()),
+                boot_id: Cow::Owned((*boot).to_owned()),
+                pid_ns: 0,
+                pid: pid.parse().ok()?,
+                start_time: start.parse().ok()?,
+                attempt: attempt.parse().ok()?,
+            }),
+            _ => None,
+        }
+    }
+}
+
+/// Percent-escapes `%` and control characters.
+fn escape_into(out: &mut String, s: &str) {
+    use std::fmt::Write as _;
+    for c in s.chars() {
+        if c == '%' || c.is_control() {
+            let mut buf = [0u8; 4];
+            for b in c.encode_utf8(&mut buf).bytes() {
+                let _ = write!(out, "%{b:02X}");
+            }
+        } else {
+            out.push(c);
+        }
+    }
+}
+
+fn unescape(s: &str) -> Option<String> {
+    if !s.contains('%') {
+        return Some(s.to_owned());
+    }
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = s.get(i + 1..i + 3)?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
 }
 
 /// Decides liveness from `kill(pid, 0)` and `/proc/PID/stat`; apart for testing every branch.
@@ -220,24 +239,25 @@ fn classify(
 
 impl fmt::Display for Holder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut host = String::new();
+        escape_into(&mut host, &self.host);
         write!(
             f,
             "process {} on {} (attempt {})",
-            self.pid, self.host, self.attempt
+            self.pid, host, self.attempt
         )
     }
 }
 
 impl fmt::Debug for Holder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut host = String::new();
+        escape_into(&mut host, &self.host);
+        let boot: String = self.boot_id.chars().take(8).collect();
         write!(
             f,
-            "Holder({}@{} boot={} start={} attempt={})",
-            self.pid,
-            self.host,
-            &self.boot_id[..self.boot_id.len().min(8)],
-            self.start_time,
-            self.attempt
+            "Holder({}@{} boot={} pidns={} start={} attempt={})",
+            self.pid, host, boot, self.pid_ns, self.start_time, self.attempt
         )
     }
 }
@@ -256,20 +276,39 @@ mod tests {
     }
 
     #[test]
-    fn own_pid_with_other_start_time_or_boot_is_dead() {
+    fn own_pid_with_other_start_time_is_dead() {
         let mut h = Holder::current();
         h.start_time += 1;
-        assert_eq!(h.liveness(), Liveness::Dead);
-        let mut h = Holder::current();
-        h.boot_id = "00000000-0000-0000-0000-000000000000".into();
         assert_eq!(h.liveness(), Liveness::Dead);
     }
 
     #[test]
-    fn other_host_is_unknown() {
+    fn another_kernel_or_namespace_proves_nothing() {
+        // Another boot id: a reboot, or another machine; either way not our process table.
+        let mut h = Holder::current();
+        h.boot_id = "00000000-0000-0000-0000-000000000000".into();
+        h.start_time += 1;
+        assert_eq!(h.liveness(), Liveness::Unknown);
+        // Another PID namespace on this kernel: pid 1 there is not pid 1 here.
+        let mut h = Holder::current();
+        h.pid_ns += 1;
+        h.pid = 1;
+        assert_eq!(h.liveness(), Liveness::Unknown);
+        // A record of rerun 0.1, without a namespace.
+        let mut h = Holder::current();
+        h.pid_ns = 0;
+        h.start_time += 1;
+        assert_eq!(h.liveness(), Liveness::Unknown);
+    }
+
+    #[test]
+    fn a_host_name_proves_nothing() {
+        // Same process table, another name: still checked by pid (and alive).
         let mut h = Holder::current();
         h.host = "elsewhere.example".into();
-        assert_eq!(h.liveness(), Liveness::Unknown);
+        assert_eq!(h.liveness(), Liveness::Alive);
+        h.start_time += 1;
+        assert_eq!(h.liveness(), Liveness::Dead);
     }
 
     #[test]
@@ -291,9 +330,23 @@ mod tests {
     }
 
     #[test]
-    fn encode_round_trips() {
+    fn encode_round_trips_whatever_the_names() {
         let h = Holder::current();
-        assert_eq!(Holder::decode(&h.encode()), Some(h));
+        assert_eq!(Holder::decode(&h.encode()), Some(h.clone()));
+        let mut odd = h;
+        odd.host = "a\tb%c\nd".into();
+        odd.boot_id = "\t".into();
+        let text = odd.encode();
+        assert_eq!(text.matches('\t').count(), 6, "{text:?}");
+        assert_eq!(Holder::decode(&text), Some(odd));
+        assert_eq!(Holder::decode("2\ta\tb\t1\tnotapid\t1\t2"), None);
+        assert_eq!(Holder::decode("2\ta%zz\tb\t1\t1\t1\t2"), None);
+    }
+
+    #[test]
+    fn records_of_rerun_0_1_decode_without_a_namespace() {
+        let h = Holder::decode("web-1\tboot\t42\t7\t3").expect("decodes");
+        assert_eq!((h.pid, h.start_time, h.attempt, h.pid_ns), (42, 7, 3, 0));
         assert_eq!(Holder::decode("a\tb\tnotapid\t1\t2"), None);
     }
 

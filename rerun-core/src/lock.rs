@@ -48,6 +48,8 @@ pub struct LockHolder {
     pub host: String,
     /// The kernel's boot id.
     pub boot_id: String,
+    /// Inode of the holder's PID namespace (0 where unknown).
+    pub pid_ns: u64,
     /// Process id.
     pub pid: u32,
     /// Process start time in clock ticks since boot.
@@ -62,6 +64,7 @@ impl LockHolder {
         LockHolder {
             host: h.host.to_string(),
             boot_id: h.boot_id.to_string(),
+            pid_ns: h.pid_ns,
             pid: h.pid,
             start_time: h.start_time,
             acquired_unix_ms: SystemTime::now()
@@ -73,8 +76,13 @@ impl LockHolder {
 
     fn encode(&self) -> String {
         format!(
-            "host={}\nboot_id={}\npid={}\nstart_time={}\nacquired_unix_ms={}\n",
-            self.host, self.boot_id, self.pid, self.start_time, self.acquired_unix_ms
+            "host={}\nboot_id={}\npid_ns={}\npid={}\nstart_time={}\nacquired_unix_ms={}\n",
+            self.host.replace(['\n', '\r'], " "),
+            self.boot_id.replace(['\n', '\r'], " "),
+            self.pid_ns,
+            self.pid,
+            self.start_time,
+            self.acquired_unix_ms
         )
     }
 
@@ -82,6 +90,7 @@ impl LockHolder {
         let mut h = LockHolder {
             host: String::new(),
             boot_id: String::new(),
+            pid_ns: 0,
             pid: 0,
             start_time: 0,
             acquired_unix_ms: 0,
@@ -92,6 +101,7 @@ impl LockHolder {
             match name {
                 "host" => h.host = value.to_owned(),
                 "boot_id" => h.boot_id = value.to_owned(),
+                "pid_ns" => h.pid_ns = value.parse().ok()?,
                 "pid" => {
                     h.pid = value.parse().ok()?;
                     seen_pid = true;
@@ -109,6 +119,7 @@ impl LockHolder {
         Holder {
             host: self.host.clone().into(),
             boot_id: self.boot_id.clone().into(),
+            pid_ns: self.pid_ns,
             pid: self.pid,
             start_time: self.start_time,
             attempt: 0,
@@ -313,8 +324,9 @@ fn network_filesystem(f_type: u64) -> Option<&'static str> {
         .map(|(_, name)| *name)
 }
 
-/// Refuses a path on a network filesystem; checks the file, or its directory before it exists.
-fn refuse_network_filesystem(path: &Path) -> Result<(), LockError> {
+/// The network filesystem `path` is on, if any; checks the file, or its directory before it
+/// exists.
+pub(crate) fn network_filesystem_at(path: &Path) -> std::io::Result<Option<&'static str>> {
     let probe = if path.exists() {
         path.to_path_buf()
     } else {
@@ -323,19 +335,25 @@ fn refuse_network_filesystem(path: &Path) -> Result<(), LockError> {
             None => PathBuf::from("."),
         }
     };
-    let stat = nix::sys::statfs::statfs(&probe).map_err(|e| LockError::Io {
-        path: path.to_path_buf(),
-        what: "checking the filesystem",
-        source: std::io::Error::from(e),
-    })?;
+    let stat = nix::sys::statfs::statfs(&probe).map_err(std::io::Error::from)?;
     #[allow(clippy::unnecessary_cast)]
     let f_type = stat.filesystem_type().0 as u64;
-    match network_filesystem(f_type) {
-        Some(fs) => Err(LockError::NetworkFilesystem {
+    Ok(network_filesystem(f_type))
+}
+
+/// Refuses a path on a network filesystem.
+fn refuse_network_filesystem(path: &Path) -> Result<(), LockError> {
+    match network_filesystem_at(path) {
+        Err(source) => Err(LockError::Io {
+            path: path.to_path_buf(),
+            what: "checking the filesystem",
+            source,
+        }),
+        Ok(Some(fs)) => Err(LockError::NetworkFilesystem {
             path: path.to_path_buf(),
             fs,
         }),
-        None => Ok(()),
+        Ok(None) => Ok(()),
     }
 }
 
