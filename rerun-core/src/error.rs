@@ -71,8 +71,9 @@ impl fmt::Display for CorruptKind {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// Another live attempt holds the key right now.
-    #[error("{key} is in progress in {holder} (its lease ends in {lease_ends_in:?}); retry later, or set `wait = \"10s\"` to wait for its result")]
+    /// Another live attempt holds the key right now. The message names no process or host
+    /// (it may reach a client); the holder is in the field, for logs.
+    #[error("{key} is in progress in another attempt (its lease ends in {}); retry later, or let the call wait for the result (`wait = \"10s\"`)", rounded(*lease_ends_in))]
     #[non_exhaustive]
     InProgress {
         /// The key.
@@ -113,16 +114,19 @@ pub enum Error {
         kind: CorruptKind,
     },
     /// The store is unavailable or failed.
-    #[error("{}store failed: {message}; the call can be retried", key.as_ref().map(|k| format!("{k}: ")).unwrap_or_default())]
+    #[error("{}store failed: {message}; {}", key.as_ref().map(|k| format!("{k}: ")).unwrap_or_default(), if *retryable { "the call can be retried" } else { "retrying will not help until this is fixed" })]
     #[non_exhaustive]
     Store {
         /// The key, when the failure concerns one.
         key: Option<Key>,
-        /// What failed, in words.
+        /// What failed and why, in words (the driver's own message included).
         message: String,
         /// The driver's error.
         #[source]
         source: Option<Box<dyn std::error::Error + Send + Sync + 'static>>,
+        /// Whether retrying later can succeed: `false` for what no retry fixes (permission
+        /// denied, an unknown database or role, a read-only file).
+        retryable: bool,
     },
     /// A result or payload could not be encoded.
     #[error("{key}: could not encode {what}: {message}")]
@@ -144,16 +148,43 @@ pub enum Error {
     },
 }
 
+/// A duration as people read it: `30s`, `1.5s`, `250ms`, `2m 5s`, `3h 10m`.
+pub(crate) fn rounded(d: Duration) -> String {
+    let ms = d.as_millis();
+    if ms < 1_000 {
+        return format!("{ms}ms");
+    }
+    if ms < 10_000 {
+        let tenths = (ms + 50) / 100;
+        return if tenths % 10 == 0 {
+            format!("{}s", tenths / 10)
+        } else {
+            format!("{}.{}s", tenths / 10, tenths % 10)
+        };
+    }
+    let s = (ms + 500) / 1_000;
+    match s {
+        0..=59 => format!("{s}s"),
+        60..=3_599 if s % 60 == 0 => format!("{}m", s / 60),
+        60..=3_599 => format!("{}m {}s", s / 60, s % 60),
+        3_600..=86_399 if (s % 3_600) / 60 == 0 => format!("{}h", s / 3_600),
+        3_600..=86_399 => format!("{}h {}m", s / 3_600, (s % 3_600) / 60),
+        _ if (s % 86_400) / 3_600 == 0 => format!("{}d", s / 86_400),
+        _ => format!("{}d {}h", s / 86_400, (s % 86_400) / 3_600),
+    }
+}
+
 impl Error {
     /// Whether retrying the same call later can succeed.
     ///
     /// `InProgress` (the holder finishes), `Store` (the backend recovers) and `LeaseLost` (the
     /// successor's result is replayed) are retryable; the others need a changed call or an operator.
     pub fn is_retryable(&self) -> bool {
-        matches!(
-            self,
-            Error::InProgress { .. } | Error::Store { .. } | Error::LeaseLost { .. }
-        )
+        match self {
+            Error::InProgress { .. } | Error::LeaseLost { .. } => true,
+            Error::Store { retryable, .. } => *retryable,
+            _ => false,
+        }
     }
 
     /// The key this error concerns, if any.
@@ -170,25 +201,54 @@ impl Error {
         }
     }
 
-    /// A store failure with its driver error, for store implementations.
+    /// A retryable store failure with its driver error, for store implementations. The
+    /// message is `what` followed by the driver's own message (`"opening /var/lib/app/rerun.sqlite3:
+    /// unable to open database file"`), so the cause is never only in `source()`.
     pub fn store(
         key: Option<&Key>,
-        message: impl Into<String>,
+        what: impl Into<String>,
         source: impl std::error::Error + Send + Sync + 'static,
     ) -> Error {
+        Error::store_failure(key, what, source, true)
+    }
+
+    /// A store failure with its driver error that retrying cannot fix (permission denied, an
+    /// unknown database or role), for store implementations.
+    pub fn store_permanent(
+        key: Option<&Key>,
+        what: impl Into<String>,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> Error {
+        Error::store_failure(key, what, source, false)
+    }
+
+    fn store_failure(
+        key: Option<&Key>,
+        what: impl Into<String>,
+        source: impl std::error::Error + Send + Sync + 'static,
+        retryable: bool,
+    ) -> Error {
+        let mut message = what.into();
+        let cause = source.to_string();
+        if !cause.is_empty() && !message.contains(&cause) {
+            message.push_str(": ");
+            message.push_str(&cause);
+        }
         Error::Store {
             key: key.cloned(),
-            message: message.into(),
+            message,
             source: Some(Box::new(source)),
+            retryable,
         }
     }
 
-    /// A store failure without a driver error, for store implementations.
+    /// A retryable store failure without a driver error, for store implementations.
     pub fn store_msg(key: Option<&Key>, message: impl Into<String>) -> Error {
         Error::Store {
             key: key.cloned(),
             message: message.into(),
             source: None,
+            retryable: true,
         }
     }
 
@@ -219,5 +279,62 @@ impl Error {
             Error::Codec { .. } => "codec",
             Error::Config { .. } => "config",
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_read_rounded() {
+        let cases = [
+            (Duration::from_micros(29_999_166), "30s"),
+            (Duration::from_millis(250), "250ms"),
+            (Duration::from_millis(1_460), "1.5s"),
+            (Duration::from_millis(2_000), "2s"),
+            (Duration::from_secs(125), "2m 5s"),
+            (Duration::from_secs(3_600), "1h"),
+            (Duration::from_secs(3 * 3_600 + 620), "3h 10m"),
+            (Duration::from_secs(7 * 86_400), "7d"),
+            (Duration::MAX, "213503982334601d 7h"),
+        ];
+        for (d, want) in cases {
+            assert_eq!(rounded(d), want, "{d:?}");
+        }
+    }
+
+    #[test]
+    fn in_progress_names_no_process() {
+        let mut holder = Holder::current();
+        holder.host = "db-secret-host".into();
+        let e = Error::InProgress {
+            key: Key::from_parts("billing.charge", "s5:ord_1"),
+            holder: Box::new(holder),
+            lease_ends_in: Duration::from_micros(29_999_166),
+        };
+        let text = e.to_string();
+        assert!(text.contains("30s"), "{text}");
+        assert!(
+            !text.contains("db-secret-host") && !text.contains("process"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn store_errors_carry_their_cause() {
+        let io = std::io::Error::new(std::io::ErrorKind::PermissionDenied, "permission denied");
+        let e = Error::store_permanent(None, "creating /srv/app/.rerun", io);
+        let text = e.to_string();
+        assert!(
+            text.contains("/srv/app/.rerun: permission denied"),
+            "{text}"
+        );
+        assert!(
+            !e.is_retryable() && text.contains("retrying will not help"),
+            "{text}"
+        );
+        let e = Error::store_msg(None, "timed out");
+        assert!(e.is_retryable() && e.to_string().contains("can be retried"));
     }
 }

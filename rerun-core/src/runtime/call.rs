@@ -143,6 +143,15 @@ impl Call {
         &self.key
     }
 
+    /// The parts of a call that may run: a payload that encoded, options within their limits.
+    fn checked(self) -> Result<(Key, Fingerprint, Options), Error> {
+        let fingerprint = self.fingerprint?;
+        if let Err(message) = self.options.check() {
+            return Err(Error::config(format!("{}: {message}", self.key)));
+        }
+        Ok((self.key, fingerprint, self.options))
+    }
+
     /// Runs `body` unless the key's result is recorded: see contract section 3 for every case.
     pub fn run<S, T, E, F>(self, store: &S, body: F) -> Result<Outcome<T>, E>
     where
@@ -186,12 +195,12 @@ impl Call {
         R: FnOnce() -> Result<Reconciled<T>, E>,
         F: FnOnce() -> Result<T, E>,
     {
-        let fingerprint = self.fingerprint?;
+        let (key, fingerprint, options) = self.checked()?;
         block_on(drive(
             &SyncBackend(store),
-            &self.key,
+            &key,
             fingerprint,
-            self.options,
+            options,
             reconcile.map(|r| move || std::future::ready(r())),
             move || std::future::ready(body()),
         ))
@@ -205,12 +214,12 @@ impl Call {
         E: From<Error>,
         F: Future<Output = Result<T, E>>,
     {
-        let fingerprint = self.fingerprint?;
+        let (key, fingerprint, options) = self.checked()?;
         drive(
             &AsyncBackend(store),
-            &self.key,
+            &key,
             fingerprint,
-            self.options,
+            options,
             None::<fn() -> std::future::Ready<Result<Reconciled<T>, E>>>,
             move || body,
         )
@@ -231,12 +240,12 @@ impl Call {
         R: Future<Output = Result<Reconciled<T>, E>>,
         F: Future<Output = Result<T, E>>,
     {
-        let fingerprint = self.fingerprint?;
+        let (key, fingerprint, options) = self.checked()?;
         drive(
             &AsyncBackend(store),
-            &self.key,
+            &key,
             fingerprint,
-            self.options,
+            options,
             Some(move || reconcile),
             move || body,
         )

@@ -1,15 +1,34 @@
-//! The lease keeper: one background thread per process that renews the leases of running
-//! bodies, performs releases handed over by dropped futures, and wakes async waiters.
+//! The lease keeper: renews the leases of running bodies, gives back the claims of dropped
+//! futures, and wakes async waiters.
 //!
-//! A body shorter than a third of its lease never causes a renewal: registering a claim is a
-//! map insert under a mutex, and the thread is only woken when a new deadline is earlier than
-//! the one it already sleeps towards.
+//! Two kinds of thread, so that no store call can hold up anything else:
+//!
+//! - one **scheduler** thread per process (per fork generation: a forked child starts its own)
+//!   decides what is due and serves the timers of async `wait`s. It never calls a store.
+//! - **workers** make the store calls: each renewal and each give-back is a task of its own, and
+//!   a task that finds no idle worker gets a new one (up to [`MAX_WORKERS`]; idle workers exit
+//!   after a while). A renewal stuck on a locked SQLite file or a silent TCP peer occupies one
+//!   worker until its store's deadline, and every other claim keeps being renewed meanwhile.
+//!
+//! A store call that panics (a store a user wrote, say) is caught and logged; so is a waker that
+//! panics. The keeper keeps going.
+//!
+//! While a claim is watched, the keeper knows until when its lease is surely held: the start of
+//! the last renewal the store confirmed, plus the lease (the store extended it from a moment at
+//! or after that). When that moment passes without a newer confirmation, the claim may be taken
+//! over: the keeper says so in a `warn` event at once, and the holder learns it when it settles
+//! (its completion then reports [`Error::LeaseLost`] unless the store still accepts it).
+//!
+//! A body shorter than a third of its lease never causes a renewal: registering a claim is a map
+//! insert under a mutex, and the scheduler is only woken when a new deadline is earlier than the
+//! one it already sleeps towards.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::future::Future;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::pin::Pin;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
@@ -17,11 +36,33 @@ use crate::error::Error;
 use crate::record::Claim;
 use crate::store::Store;
 
+/// The most worker threads one process runs at once.
+pub(crate) const MAX_WORKERS: usize = 64;
+
+/// How long an idle worker waits for work before it exits (one always stays).
+const WORKER_IDLE: Duration = Duration::from_secs(10);
+
 struct Lease {
     store: Arc<dyn Store>,
     claim: Claim,
     lease: Duration,
+    /// When to renew next.
     next: Instant,
+    /// Until when the store surely holds the lease (a lower bound).
+    safe_until: Instant,
+    /// A renewal of this lease is running on a worker.
+    in_flight: bool,
+    /// The lease may have run out (warned once); cleared by a later confirmed renewal.
+    lapsed: bool,
+    /// The store said the claim was taken over.
+    lost: bool,
+}
+
+/// What a watched claim went through, told to its holder when it settles.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct LeaseState {
+    /// The lease may have run out, or the claim was taken over: the result may not be recorded.
+    pub(crate) lost: bool,
 }
 
 /// Work a dropped future hands over: it cannot wait on the store itself.
@@ -33,40 +74,47 @@ pub(crate) enum Job {
 #[derive(Default)]
 struct State {
     leases: HashMap<u64, Lease>,
-    jobs: Vec<Job>,
     timers: BinaryHeap<Reverse<(Instant, u64)>>,
     wakers: HashMap<u64, Waker>,
     next_id: u64,
-    /// When the thread will wake next on its own; `None` while it waits for work.
+    /// When the scheduler will wake next on its own; `None` while it waits for work.
     wake_at: Option<Instant>,
     /// Jobs submitted and jobs run, for [`Keeper::settle`].
     submitted: u64,
     finished: u64,
+    /// Whether the scheduler thread runs.
+    started: bool,
+}
+
+type Task = Box<dyn FnOnce() + Send + 'static>;
+
+#[derive(Default)]
+struct Pool {
+    tasks: VecDeque<Task>,
+    idle: usize,
+    threads: usize,
 }
 
 pub(crate) struct Keeper {
     state: Mutex<State>,
+    /// Wakes the scheduler.
     cv: Condvar,
-    /// Signalled when jobs finish (apart from `cv`, which wakes the keeper thread).
+    /// Signalled when jobs finish.
     settled: Condvar,
+    pool: Mutex<Pool>,
+    work: Condvar,
 }
 
-/// The process's keeper, started on first use.
+/// The keeper of this process (of this fork generation), started on first use.
 pub(crate) fn keeper() -> &'static Keeper {
-    static KEEPER: OnceLock<&'static Keeper> = OnceLock::new();
-    KEEPER.get_or_init(|| {
-        let keeper: &'static Keeper = Box::leak(Box::new(Keeper {
+    crate::process::current().keeper.get_or_init(|| {
+        Box::leak(Box::new(Keeper {
             state: Mutex::new(State::default()),
             cv: Condvar::new(),
             settled: Condvar::new(),
-        }));
-        let spawned = std::thread::Builder::new()
-            .name("rerun-lease-keeper".into())
-            .spawn(move || keeper.run());
-        if let Err(e) = spawned {
-            tracing::error!(error = %e, "rerun could not start its lease keeper thread; leases will not be renewed");
-        }
-        keeper
+            pool: Mutex::new(Pool::default()),
+            work: Condvar::new(),
+        }))
     })
 }
 
@@ -75,21 +123,59 @@ fn renew_interval(lease: Duration) -> Duration {
     (lease / 3).max(Duration::from_millis(1))
 }
 
+/// How soon a failed renewal is tried again.
+fn retry_interval(lease: Duration) -> Duration {
+    (lease / 10).clamp(Duration::from_millis(1), Duration::from_secs(1))
+}
+
+fn later(at: Instant, by: Duration) -> Instant {
+    at.checked_add(by)
+        .unwrap_or_else(|| at + Duration::from_secs(100 * 365 * 86_400))
+}
+
 impl Keeper {
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn nudge(&self, state: &mut State, at: Instant) {
+    fn pool(&self) -> MutexGuard<'_, Pool> {
+        self.pool.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Wakes the scheduler if `at` is earlier than the moment it sleeps towards; starts it if
+    /// it does not run yet.
+    fn nudge(&'static self, state: &mut State, at: Instant) {
+        if !state.started {
+            state.started = self.start();
+        }
         if state.wake_at.is_none_or(|w| at < w) {
             state.wake_at = Some(at);
             self.cv.notify_one();
         }
     }
 
+    fn start(&'static self) -> bool {
+        let spawned = std::thread::Builder::new()
+            .name("rerun-lease-keeper".into())
+            .spawn(move || self.schedule());
+        match spawned {
+            Ok(_) => true,
+            Err(e) => {
+                tracing::error!(error = %e, "rerun could not start its lease keeper thread; leases will not be renewed until it can");
+                false
+            }
+        }
+    }
+
     /// Starts renewing `claim` until [`Keeper::unwatch`].
-    pub(crate) fn watch(&self, store: Arc<dyn Store>, claim: Claim, lease: Duration) -> u64 {
-        let next = Instant::now() + renew_interval(lease);
+    pub(crate) fn watch(
+        &'static self,
+        store: Arc<dyn Store>,
+        claim: Claim,
+        lease: Duration,
+    ) -> u64 {
+        let now = Instant::now();
+        let next = later(now, renew_interval(lease));
         let mut state = self.lock();
         state.next_id += 1;
         let id = state.next_id;
@@ -100,24 +186,37 @@ impl Keeper {
                 claim,
                 lease,
                 next,
+                // The claim was granted after this moment, so its lease surely runs until then.
+                safe_until: later(now, lease),
+                in_flight: false,
+                lapsed: false,
+                lost: false,
             },
         );
         self.nudge(&mut state, next);
         id
     }
 
-    /// Stops renewing.
-    pub(crate) fn unwatch(&self, id: u64) {
-        self.lock().leases.remove(&id);
+    /// Stops renewing, and tells what the lease went through.
+    pub(crate) fn unwatch(&self, id: u64) -> LeaseState {
+        let now = Instant::now();
+        match self.lock().leases.remove(&id) {
+            Some(l) => LeaseState {
+                lost: l.lost || l.lapsed || l.safe_until <= now,
+            },
+            None => LeaseState::default(),
+        }
     }
 
-    /// Runs a job on the keeper thread.
-    pub(crate) fn submit(&self, job: Job) {
-        let mut state = self.lock();
-        state.jobs.push(job);
-        state.submitted += 1;
-        state.wake_at = Some(Instant::now());
-        self.cv.notify_one();
+    /// Runs a job on a worker.
+    pub(crate) fn submit(&'static self, job: Job) {
+        self.lock().submitted += 1;
+        self.spawn_task(Box::new(move || {
+            run_job(job);
+            let mut state = self.lock();
+            state.finished += 1;
+            self.settled.notify_all();
+        }));
     }
 
     /// Waits up to `timeout` until every job submitted so far has run (the claims of dropped
@@ -142,87 +241,190 @@ impl Keeper {
         true
     }
 
-    fn run(&self) {
-        let mut state = self.lock();
-        loop {
-            let now = Instant::now();
-            let jobs = std::mem::take(&mut state.jobs);
-            let due: Vec<(u64, Arc<dyn Store>, Claim, Duration)> = state
-                .leases
-                .iter()
-                .filter(|(_, l)| l.next <= now)
-                .map(|(id, l)| (*id, l.store.clone(), l.claim.clone(), l.lease))
-                .collect();
-            let mut woken = Vec::new();
-            while let Some(Reverse((at, id))) = state.timers.peek().copied() {
-                if at > now {
-                    break;
-                }
-                state.timers.pop();
-                if let Some(w) = state.wakers.remove(&id) {
-                    woken.push(w);
-                }
-            }
-            if !(jobs.is_empty() && due.is_empty() && woken.is_empty()) {
-                drop(state);
-                woken.into_iter().for_each(Waker::wake);
-                let ran = jobs.len() as u64;
-                for job in jobs {
-                    run_job(job);
-                }
-                let results: Vec<(u64, Result<(), Error>, Duration)> = due
-                    .into_iter()
-                    .map(|(id, store, claim, lease)| (id, store.renew(&claim, lease), lease))
-                    .collect();
-                state = self.lock();
-                if ran > 0 {
-                    state.finished += ran;
-                    self.settled.notify_all();
-                }
-                let now = Instant::now();
-                for (id, result, lease) in results {
-                    match result {
-                        Ok(()) => {
-                            if let Some(l) = state.leases.get_mut(&id) {
-                                l.next = now + renew_interval(lease);
-                            }
-                        }
-                        Err(Error::LeaseLost { key, .. }) => {
-                            tracing::warn!(%key, "rerun: the lease was taken over while the body ran; its result will not be recorded");
-                            state.leases.remove(&id);
-                        }
-                        Err(e) => {
-                            // The store is unreachable: try again soon, well before the lease ends.
-                            tracing::warn!(error = %e, "rerun: renewing a lease failed; retrying");
-                            if let Some(l) = state.leases.get_mut(&id) {
-                                l.next = now + (lease / 10).max(Duration::from_millis(1));
-                            }
-                        }
-                    }
-                }
-                continue;
-            }
-            let next = state
-                .leases
-                .values()
-                .map(|l| l.next)
-                .chain(state.timers.peek().map(|Reverse((at, _))| *at))
-                .min();
-            state.wake_at = next;
-            state = match next {
-                Some(at) => {
-                    let wait = at.saturating_duration_since(Instant::now());
-                    self.cv
-                        .wait_timeout(state, wait)
-                        .map(|(g, _)| g)
-                        .unwrap_or_else(|p| p.into_inner().0)
-                }
-                None => self.cv.wait(state).unwrap_or_else(|p| p.into_inner()),
-            };
+    // ---- workers ------------------------------------------------------------------------
+
+    /// Queues a task; starts a worker when no idle one is left for it.
+    fn spawn_task(&'static self, task: Task) {
+        let mut pool = self.pool();
+        pool.tasks.push_back(task);
+        if pool.tasks.len() <= pool.idle {
+            self.work.notify_one();
+            return;
+        }
+        if pool.threads >= MAX_WORKERS {
+            // Every worker is busy (most likely waiting out store deadlines): the task runs
+            // when one comes back.
+            return;
+        }
+        pool.threads += 1;
+        drop(pool);
+        let spawned = std::thread::Builder::new()
+            .name("rerun-lease-worker".into())
+            .spawn(move || self.work());
+        if let Err(e) = spawned {
+            self.pool().threads -= 1;
+            tracing::error!(error = %e, "rerun could not start a lease worker thread; the task waits for a busy one");
         }
     }
 
-    fn register_timer(&self, at: Instant, waker: &Waker, id: &mut Option<u64>) {
+    fn work(&'static self) {
+        let mut pool = self.pool();
+        loop {
+            if let Some(task) = pool.tasks.pop_front() {
+                drop(pool);
+                if let Err(panic) = catch_unwind(AssertUnwindSafe(task)) {
+                    tracing::error!(
+                        panic = %panic_text(&*panic),
+                        "rerun: a lease task panicked; the keeper goes on"
+                    );
+                }
+                pool = self.pool();
+                continue;
+            }
+            pool.idle += 1;
+            let (guard, timeout) = self
+                .work
+                .wait_timeout(pool, WORKER_IDLE)
+                .map(|(g, t)| (g, t.timed_out()))
+                .unwrap_or_else(|p| {
+                    let (g, t) = p.into_inner();
+                    (g, t.timed_out())
+                });
+            pool = guard;
+            pool.idle -= 1;
+            if timeout && pool.tasks.is_empty() && pool.threads > 1 {
+                pool.threads -= 1;
+                return;
+            }
+        }
+    }
+
+    // ---- the scheduler --------------------------------------------------------------------
+
+    fn schedule(&'static self) {
+        loop {
+            // Nothing in a round should panic; if something does, log it and keep serving.
+            if let Err(panic) = catch_unwind(AssertUnwindSafe(|| self.round())) {
+                tracing::error!(
+                    panic = %panic_text(&*panic),
+                    "rerun: the lease keeper panicked; it goes on"
+                );
+            }
+        }
+    }
+
+    /// Dispatches what is due, then sleeps until the next deadline or a nudge.
+    fn round(&'static self) {
+        let mut state = self.lock();
+        let now = Instant::now();
+        let mut woken = Vec::new();
+        while let Some(Reverse((at, id))) = state.timers.peek().copied() {
+            if at > now {
+                break;
+            }
+            state.timers.pop();
+            if let Some(w) = state.wakers.remove(&id) {
+                woken.push(w);
+            }
+        }
+        let mut due = Vec::new();
+        for (id, l) in state.leases.iter_mut() {
+            if l.lost {
+                continue;
+            }
+            if !l.lapsed && l.safe_until <= now {
+                l.lapsed = true;
+                tracing::warn!(
+                    key = %l.claim.key,
+                    fence = l.claim.fence,
+                    lease = ?l.lease,
+                    "rerun: a lease ran out before it could be renewed; another caller may take the key over, and this attempt's result will then not be recorded"
+                );
+            }
+            if !l.in_flight && l.next <= now {
+                l.in_flight = true;
+                due.push((*id, l.store.clone(), l.claim.clone(), l.lease));
+            }
+        }
+        let next = state
+            .leases
+            .values()
+            .filter(|l| !l.lost)
+            .flat_map(|l| {
+                let renew = (!l.in_flight).then_some(l.next);
+                let lapse = (!l.lapsed).then_some(l.safe_until);
+                renew.into_iter().chain(lapse)
+            })
+            .chain(state.timers.peek().map(|Reverse((at, _))| *at))
+            .min();
+        if !(due.is_empty() && woken.is_empty()) {
+            drop(state);
+            for waker in woken {
+                if let Err(panic) = catch_unwind(AssertUnwindSafe(|| waker.wake())) {
+                    tracing::error!(panic = %panic_text(&*panic), "rerun: a waker panicked");
+                }
+            }
+            for (id, store, claim, lease) in due {
+                self.spawn_task(Box::new(move || self.renew(id, &*store, &claim, lease)));
+            }
+            return;
+        }
+        state.wake_at = next;
+        drop(match next {
+            Some(at) => {
+                let wait = at.saturating_duration_since(Instant::now());
+                self.cv
+                    .wait_timeout(state, wait)
+                    .map(|(g, _)| g)
+                    .unwrap_or_else(|p| p.into_inner().0)
+            }
+            None => self.cv.wait(state).unwrap_or_else(|p| p.into_inner()),
+        });
+    }
+
+    /// One renewal, on a worker.
+    fn renew(&'static self, id: u64, store: &dyn Store, claim: &Claim, lease: Duration) {
+        let sent = Instant::now();
+        let result =
+            catch_unwind(AssertUnwindSafe(|| store.renew(claim, lease))).unwrap_or_else(|panic| {
+                Err(Error::store_msg(
+                    Some(&claim.key),
+                    format!("renewing the lease panicked: {}", panic_text(&*panic)),
+                ))
+            });
+        let mut state = self.lock();
+        let now = Instant::now();
+        let Some(l) = state.leases.get_mut(&id) else {
+            // Settled meanwhile.
+            return;
+        };
+        l.in_flight = false;
+        let next = match result {
+            Ok(()) => {
+                l.safe_until = later(sent, lease);
+                if l.lapsed && l.safe_until > now {
+                    l.lapsed = false;
+                    tracing::info!(key = %claim.key, fence = claim.fence, "rerun: a lapsed lease was renewed after all; the claim still stands");
+                }
+                later(now, renew_interval(lease))
+            }
+            Err(Error::LeaseLost { .. }) => {
+                l.lost = true;
+                tracing::warn!(key = %claim.key, fence = claim.fence, "rerun: the lease was taken over while the body ran; its result will not be recorded");
+                return;
+            }
+            Err(e) => {
+                tracing::warn!(key = %claim.key, fence = claim.fence, error = %e, "rerun: renewing a lease failed; retrying");
+                later(now, retry_interval(lease))
+            }
+        };
+        l.next = next;
+        self.nudge(&mut state, next);
+    }
+
+    // ---- timers ---------------------------------------------------------------------------
+
+    fn register_timer(&'static self, at: Instant, waker: &Waker, id: &mut Option<u64>) {
         let mut state = self.lock();
         let timer = match *id {
             Some(t) => t,
@@ -256,16 +458,26 @@ fn run_job(job: Job) {
     }
 }
 
-/// A runtime-independent sleep, served by the keeper thread.
+pub(crate) fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+        .unwrap_or_else(|| "a non-text panic".into())
+}
+
+/// A runtime-independent sleep, served by the keeper's scheduler (which never waits on a store).
 pub(crate) struct Sleep {
     at: Instant,
     timer: Option<u64>,
+    keeper: &'static Keeper,
 }
 
 pub(crate) fn sleep(d: Duration) -> Sleep {
     Sleep {
-        at: Instant::now() + d,
+        at: later(Instant::now(), d),
         timer: None,
+        keeper: keeper(),
     }
 }
 
@@ -276,7 +488,8 @@ impl Future for Sleep {
         if Instant::now() >= this.at {
             return Poll::Ready(());
         }
-        keeper().register_timer(this.at, cx.waker(), &mut this.timer);
+        this.keeper
+            .register_timer(this.at, cx.waker(), &mut this.timer);
         Poll::Pending
     }
 }
@@ -284,7 +497,73 @@ impl Future for Sleep {
 impl Drop for Sleep {
     fn drop(&mut self) {
         if let Some(id) = self.timer {
-            keeper().cancel_timer(id);
+            self.keeper.cancel_timer(id);
         }
+    }
+}
+
+/// Runs `fut` for at most `limit`; `None` when the time ran out first. Needs no async runtime
+/// (and no timer of one): the keeper's scheduler serves the deadline.
+pub(crate) async fn deadline<F: Future>(limit: Duration, fut: F) -> Option<F::Output> {
+    let mut fut = std::pin::pin!(fut);
+    let mut timer = std::pin::pin!(sleep(limit));
+    std::future::poll_fn(|cx| {
+        if let Poll::Ready(out) = fut.as_mut().poll(cx) {
+            return Poll::Ready(Some(out));
+        }
+        match timer.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(None),
+            Poll::Pending => Poll::Pending,
+        }
+    })
+    .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fingerprint::Fingerprint;
+    use crate::holder::Holder;
+    use crate::key::Key;
+    use crate::record::{ClaimRequest, ClaimResponse};
+    use crate::store::memory::MemoryStore;
+
+    fn claim(store: &MemoryStore, name: &str, lease: Duration) -> Claim {
+        let key = Key::new("keeper.test", name);
+        let resp = store.claim(&ClaimRequest {
+            key: &key,
+            fingerprint: &Fingerprint::EMPTY,
+            holder: &Holder::current(),
+            lease,
+            once: false,
+            steal: None,
+        });
+        match resp {
+            Ok(ClaimResponse::Claimed(c)) => c,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_deadline_ends_a_pending_future() {
+        let out = crate::runtime::call::block_on(deadline(
+            Duration::from_millis(20),
+            std::future::pending::<()>(),
+        ));
+        assert_eq!(out, None);
+        let out = crate::runtime::call::block_on(deadline(Duration::from_secs(5), async { 7 }));
+        assert_eq!(out, Some(7));
+    }
+
+    #[test]
+    fn renewals_run_and_settling_reports_a_held_lease() {
+        let store = MemoryStore::new();
+        let lease = Duration::from_millis(90);
+        let c = claim(&store, "renewed", lease);
+        let id = keeper().watch(Arc::new(store.clone()), c.clone(), lease);
+        std::thread::sleep(lease * 3);
+        let view = store.inspect(&c.key).ok().flatten();
+        assert!(view.and_then(|v| v.lease_remaining).is_some(), "renewed");
+        assert_eq!(keeper().unwatch(id), LeaseState { lost: false });
     }
 }

@@ -9,4 +9,4 @@ mod options;
 mod steps;
 
 pub use call::{Call, Outcome, Reconciled};
-pub use options::Options;
+pub use options::{Options, MAX_DURATION, MIN_LEASE};

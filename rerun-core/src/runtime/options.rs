@@ -1,6 +1,15 @@
-//! Per-call options: ttl, lease, wait and once.
+//! Per-call options: ttl, lease, wait and once, and the limits they must keep.
 
 use std::time::Duration;
+
+/// The longest `ttl`, `lease` or `wait`: 100 years of 365 days. Longer durations overflow the
+/// arithmetic of some stores' clocks (and mean "forever", which a record never needs).
+pub const MAX_DURATION: Duration = Duration::from_secs(100 * 365 * 86_400);
+
+/// The shortest lease: a lease must outlast a store round trip and a scheduling stall (a busy
+/// core, a garbage-collection pause of a neighbour); below a second, a healthy holder could
+/// lose its claim to a hiccup.
+pub const MIN_LEASE: Duration = Duration::from_secs(1);
 
 /// How a call is run: the arguments `ttl`, `lease`, `wait` and `once` of `#[idempotent]`.
 ///
@@ -64,6 +73,45 @@ impl Options {
     /// Whether the call is at-most-once.
     pub const fn is_once(&self) -> bool {
         self.once
+    }
+
+    /// Checks the limits: every duration at most [`MAX_DURATION`], the lease at least
+    /// [`MIN_LEASE`], the ttl more than zero. A call with options out of bounds fails with
+    /// [`crate::Error::Config`] before it touches the store.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use rerun_core::Options;
+    /// assert!(Options::new().check().is_ok());
+    /// assert!(Options::new().lease(Duration::from_millis(10)).check().is_err());
+    /// assert!(Options::new().ttl(Duration::MAX).check().is_err());
+    /// ```
+    pub fn check(&self) -> Result<(), String> {
+        let too_long = |name: &str, d: Duration| {
+            (d > MAX_DURATION).then(|| {
+                format!(
+                    "{name} = {d:?} is longer than rerun's maximum of 100 years; use at most `Duration::from_secs(100 * 365 * 86_400)`"
+                )
+            })
+        };
+        if let Some(e) = too_long("ttl", self.ttl)
+            .or_else(|| too_long("lease", self.lease))
+            .or_else(|| self.wait.and_then(|w| too_long("wait", w)))
+        {
+            return Err(e);
+        }
+        if self.lease < MIN_LEASE {
+            return Err(format!(
+                "lease = {:?} is below the minimum lease of 1s: a lease must outlast a store round trip and a scheduling stall; use `lease(Duration::from_secs(1))` or more",
+                self.lease
+            ));
+        }
+        if self.ttl.is_zero() {
+            return Err(
+                "ttl = 0s would forget every result at once; give the record a ttl, e.g. `ttl(Duration::from_secs(24 * 3600))`".to_owned(),
+            );
+        }
+        Ok(())
     }
 }
 

@@ -18,7 +18,7 @@ use crate::fingerprint::Fingerprint;
 use crate::holder::{Holder, Liveness};
 use crate::key::Key;
 use crate::record::{Claim, ClaimRequest, ClaimResponse, Fence};
-use crate::runtime::keeper::{keeper, sleep, Job};
+use crate::runtime::keeper::{keeper, sleep, Job, LeaseState};
 use crate::runtime::{Options, Outcome, Reconciled};
 use crate::store::{AsyncStore, Store};
 
@@ -217,12 +217,14 @@ impl Held {
         }
     }
 
-    /// Stops renewal and disarms the destructor: the caller finishes the claim itself.
-    fn settle(&mut self) {
-        if let Some(id) = self.watch.take() {
-            keeper().unwatch(id);
-        }
+    /// Stops renewal and disarms the destructor: the caller finishes the claim itself. Says
+    /// what the lease went through meanwhile.
+    fn settle(&mut self) -> LeaseState {
         self.armed = false;
+        match self.watch.take() {
+            Some(id) => keeper().unwatch(id),
+            None => LeaseState::default(),
+        }
     }
 }
 
@@ -268,13 +270,15 @@ async fn give_back<B: Backend>(backend: &B, held: &mut Held) {
 }
 
 /// Records `value` as the claim's result.
-async fn record<B: Backend, T: Serialize>(
+async fn record<B: Backend, T: Serialize + DeserializeOwned>(
     backend: &B,
     held: &mut Held,
     value: T,
     ttl: Duration,
 ) -> Result<Outcome<T>, Error> {
-    let bytes = match codec::encode(&value) {
+    // Checked before anything is written: a value that would not replay exactly as itself is
+    // refused now, not found `Corrupt` (or different) on a later call.
+    let bytes = match codec::encode_checked(&value) {
         Ok(bytes) => bytes,
         Err(e) => {
             give_back(backend, held).await;
@@ -285,7 +289,7 @@ async fn record<B: Backend, T: Serialize>(
             });
         }
     };
-    held.settle();
+    let lease = held.settle();
     match backend.complete(&held.claim, &bytes, ttl).await {
         Ok(()) => {
             checkpoint::hit(Point::Recorded);
@@ -293,6 +297,14 @@ async fn record<B: Backend, T: Serialize>(
                 value,
                 replayed: false,
                 fence: held.claim.fence,
+            })
+        }
+        // The lease could not be kept up (the store hung, or the claim was taken over) and
+        // the completion did not go through: the claim is lost as far as this attempt knows.
+        Err(e) if lease.lost && !matches!(e, Error::LeaseLost { .. }) => {
+            tracing::warn!(key = %held.claim.key, fence = held.claim.fence, error = %e, "rerun: the result could not be recorded after the lease lapsed");
+            Err(Error::LeaseLost {
+                key: held.claim.key.clone(),
             })
         }
         Err(e) => {
