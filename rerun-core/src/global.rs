@@ -71,16 +71,28 @@ fn default_store() -> Result<Arc<dyn DynStore>, Error> {
     }
 }
 
-/// Replaces a URL's password with `***`, for messages and logs.
+/// Hides the secrets of a store URL or connection string, for messages and logs: the password
+/// of a URL (`postgres://app:***@db/app`), secret query parameters (`?password=***`,
+/// `&sslpassword=***`, `&token=***`), and the same keys of a libpq `key=value` string
+/// (`host=db password=*** dbname=app`, quoted values too).
+///
+/// ```
+/// assert_eq!(rerun_core::redact("postgres://u:secret@h/db"), "postgres://u:***@h/db");
+/// assert_eq!(rerun_core::redact("redis://h/0?password=secret"), "redis://h/0?password=***");
+/// assert_eq!(
+///     rerun_core::redact("host=h password='se cret' dbname=d"),
+///     "host=h password=*** dbname=d"
+/// );
+/// ```
 pub fn redact(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
+        return redact_key_values(url);
     };
-    let (authority, tail) = match rest.find(['/', '?']) {
+    let (authority, tail) = match rest.find(['/', '?', '#']) {
         Some(i) => rest.split_at(i),
         None => (rest, ""),
     };
-    match authority.rsplit_once('@') {
+    let authority = match authority.rsplit_once('@') {
         Some((userinfo, host)) => {
             let user = userinfo.split(':').next().unwrap_or("");
             let masked = if userinfo.contains(':') {
@@ -88,10 +100,88 @@ pub fn redact(url: &str) -> String {
             } else {
                 user.to_owned()
             };
-            format!("{scheme}://{masked}@{host}{tail}")
+            format!("{masked}@{host}")
         }
-        None => url.to_owned(),
+        None => authority.to_owned(),
+    };
+    let tail = match tail.split_once('?') {
+        Some((path, query)) => {
+            let query: Vec<String> = query
+                .split('&')
+                .map(|pair| match pair.split_once('=') {
+                    Some((name, _)) if is_secret(name) => format!("{name}=***"),
+                    _ => pair.to_owned(),
+                })
+                .collect();
+            format!("{path}?{}", query.join("&"))
+        }
+        None => tail.to_owned(),
+    };
+    format!("{scheme}://{authority}{tail}")
+}
+
+/// Names of connection parameters that hold secrets.
+fn is_secret(name: &str) -> bool {
+    let name = name.to_ascii_lowercase();
+    [
+        "password",
+        "passwd",
+        "pass",
+        "pwd",
+        "secret",
+        "token",
+        "sslpassword",
+        "sslkey",
+        "auth",
+    ]
+    .iter()
+    .any(|s| name == *s || name.ends_with(&format!("_{s}")))
+}
+
+/// Redacts a libpq `key=value` string, values quoted with `'…'` (and `\'` inside) or bare.
+fn redact_key_values(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(eq) = rest.find('=') {
+        let (before, after) = rest.split_at(eq);
+        // The key is the last word before `=` (libpq allows spaces around it).
+        let trimmed = before.trim_end();
+        let key_start = trimmed
+            .rfind(|c: char| c.is_whitespace())
+            .map_or(0, |i| i + 1);
+        let key = &trimmed[key_start..];
+        out.push_str(before);
+        out.push('=');
+        let value = &after[1..];
+        let spaces = value.len() - value.trim_start().len();
+        out.push_str(&value[..spaces]);
+        let value = &value[spaces..];
+        let value_len = if let Some(quoted) = value.strip_prefix('\'') {
+            let mut end = None;
+            let mut escaped = false;
+            for (i, c) in quoted.char_indices() {
+                match c {
+                    '\\' if !escaped => escaped = true,
+                    '\'' if !escaped => {
+                        end = Some(i + 2);
+                        break;
+                    }
+                    _ => escaped = false,
+                }
+            }
+            end.unwrap_or(value.len())
+        } else {
+            value.find(char::is_whitespace).unwrap_or(value.len())
+        };
+        if is_secret(key) {
+            out.push_str("***");
+        } else {
+            out.push_str(&value[..value_len]);
+        }
+        rest = &value[value_len..];
     }
+    out.push_str(rest);
+    out
 }
 
 /// The error for a URL whose store this build leaves out.
@@ -164,6 +254,45 @@ mod tests {
         assert_eq!(redact("redis://:pw@h/0"), "redis://:***@h/0");
         assert_eq!(redact("redis://h:6379"), "redis://h:6379");
         assert_eq!(redact("sqlite:/tmp/x"), "sqlite:/tmp/x");
+        assert_eq!(redact("memory:"), "memory:");
+    }
+
+    #[test]
+    fn redacts_query_parameters_and_key_values() {
+        let cases = [
+            (
+                "postgres://h/db?sslmode=require&password=secret&user=u",
+                "postgres://h/db?sslmode=require&password=***&user=u",
+            ),
+            (
+                "postgres://u:a@b@h/db?PassWord=x",
+                "postgres://u:***@h/db?PassWord=***",
+            ),
+            (
+                "redis://h/0?prefix=app:&token=t0k",
+                "redis://h/0?prefix=app:&token=***",
+            ),
+            (
+                "host=db user=app password=secret dbname=app",
+                "host=db user=app password=*** dbname=app",
+            ),
+            (
+                "host=db password='it\\'s secret' dbname=app",
+                "host=db password=*** dbname=app",
+            ),
+            ("password=secret", "password=***"),
+            (
+                "host=db sslpassword = x port=5432",
+                "host=db sslpassword = *** port=5432",
+            ),
+        ];
+        for (given, want) in cases {
+            assert_eq!(redact(given), want, "{given}");
+            assert!(
+                !redact(given).contains("secret") || !given.contains("secret"),
+                "{given}"
+            );
+        }
     }
 
     #[test]

@@ -100,6 +100,8 @@ pub struct LocalRecord {
     pub boot_id: Cow<'static, str>,
     /// In progress: lease end on the monotonic clock.
     pub lease_until_ns: u64,
+    /// In progress: lease end on the wall clock, used only by a reader of another boot.
+    pub lease_until_wall_ms: i64,
     /// Completed: expiry on the monotonic clock.
     pub expires_mono_ns: u64,
     /// Completed: expiry on the wall clock, used only after a reboot.
@@ -137,8 +139,25 @@ pub struct Claim {
     pub holder: Holder,
     /// At-most-once claim.
     pub once: bool,
+    /// The lease the claim was granted with. A store bounds the calls it makes for this claim
+    /// by it (see [`crate::store::call_deadline`]).
+    pub lease: Duration,
     /// An earlier attempt that never finished, taken over by this claim.
     pub abandoned: Option<Abandoned>,
+}
+
+impl Claim {
+    /// The claim a store grants for `req`, with its new fence.
+    pub fn granted(req: &ClaimRequest<'_>, fence: Fence, abandoned: Option<Abandoned>) -> Claim {
+        Claim {
+            key: req.key.clone(),
+            fence,
+            holder: req.holder.clone(),
+            once: req.once,
+            lease: req.lease,
+            abandoned,
+        }
+    }
 }
 
 /// An earlier attempt that did not finish (its holder died or its lease ran out).
@@ -214,10 +233,21 @@ impl LocalRecord {
         }
     }
 
-    /// The lease left at `now`; `None` once it ran out (or the boot that set it ended).
+    /// The lease left at `now`; `None` once it ran out.
+    ///
+    /// Within the boot that set it, the lease is judged on the monotonic clock. A reader of
+    /// another boot id cannot compare monotonic times, and cannot tell a reboot (the holder is
+    /// gone) from a process that only sees another boot id (a faked one, in a container): it
+    /// judges the lease on the wall clock, which after a reboot has long passed a lease of
+    /// seconds, and which on one running kernel is the same clock for both.
     pub fn lease_left(&self, now: Now, boot_id: &str) -> Option<Duration> {
-        (*self.boot_id == *boot_id && now.mono_ns < self.lease_until_ns)
-            .then(|| Duration::from_nanos(self.lease_until_ns - now.mono_ns))
+        if *self.boot_id == *boot_id {
+            return (now.mono_ns < self.lease_until_ns)
+                .then(|| Duration::from_nanos(self.lease_until_ns - now.mono_ns));
+        }
+        (now.wall_ms < self.lease_until_wall_ms).then(|| {
+            Duration::from_millis(u64::try_from(self.lease_until_wall_ms - now.wall_ms).unwrap_or(0))
+        })
     }
 
     /// An in-progress record for a new claim.
@@ -230,6 +260,7 @@ impl LocalRecord {
             once: req.once,
             boot_id: Cow::Borrowed(crate::holder::this_boot()),
             lease_until_ns: now.mono_ns.saturating_add(nanos(req.lease)),
+            lease_until_wall_ms: now.wall_ms.saturating_add(millis(req.lease)),
             expires_mono_ns: 0,
             expires_wall_ms: 0,
             result: None,
@@ -249,6 +280,7 @@ impl LocalRecord {
     pub fn renew(&mut self, lease: Duration, now: Now) {
         self.boot_id = Cow::Borrowed(crate::holder::this_boot());
         self.lease_until_ns = now.mono_ns.saturating_add(nanos(lease));
+        self.lease_until_wall_ms = now.wall_ms.saturating_add(millis(lease));
     }
 
     /// Whether a fenced operation by `claim` may touch this record.
@@ -274,7 +306,9 @@ impl LocalRecord {
                     Some(if *self.boot_id == *boot_id {
                         Duration::from_nanos(self.expires_mono_ns - now.mono_ns)
                     } else {
-                        Duration::from_millis((self.expires_wall_ms - now.wall_ms) as u64)
+                        Duration::from_millis(
+                            u64::try_from(self.expires_wall_ms - now.wall_ms).unwrap_or(0),
+                        )
                     })
                 }
                 _ => None,
@@ -378,9 +412,20 @@ mod tests {
             decide(Some(&rec), &r, now(100), b),
             Decision::Claim { abandoned: Some(_) }
         ));
-        // Another boot: the lease is out at once.
+        // A reader of another boot judges the lease on the wall clock.
+        let mut long = r.clone();
+        long.lease = Duration::from_secs(30);
+        let held = LocalRecord::claimed(&long, 1, now(0));
+        let wall = |ms: i64| Now {
+            mono_ns: 0,
+            wall_ms: 1_000_000 + ms,
+        };
         assert!(matches!(
-            decide(Some(&rec), &r, now(50), "c"),
+            decide(Some(&held), &r, wall(29_999), "c"),
+            Decision::Busy { .. }
+        ));
+        assert!(matches!(
+            decide(Some(&held), &r, wall(30_000), "c"),
             Decision::Claim { abandoned: Some(_) }
         ));
         let mut stolen = r.clone();

@@ -177,6 +177,9 @@ fn settle<S: Store + ?Sized>(
         fence: record.fence,
         holder,
         once: record.once,
+        // Not known from the record: the default, which bounds the store call by the store's
+        // own timeout.
+        lease: crate::runtime::Options::new().lease_duration(),
         abandoned: None,
     };
     let moved = if record.once {

@@ -144,13 +144,9 @@ impl Store for MemoryStore {
             Decision::Claim { abandoned } => {
                 let fence = self.inner.fences.fetch_add(1, Ordering::Relaxed) + 1;
                 records.insert(req.key.clone(), LocalRecord::claimed(req, fence, now));
-                Ok(ClaimResponse::Claimed(Claim {
-                    key: req.key.clone(),
-                    fence,
-                    holder: req.holder.clone(),
-                    once: req.once,
-                    abandoned,
-                }))
+                Ok(ClaimResponse::Claimed(Claim::granted(
+                    req, fence, abandoned,
+                )))
             }
         }
     }

@@ -41,6 +41,16 @@ pub struct ScanPage {
 /// Implementations must be atomic per call and must decide leases and expiry on one clock: the
 /// server's, or a monotonic clock of the one host that shares the store — never the caller's wall
 /// clock.
+///
+/// Every call must return within a bounded time, whatever the backend does (a locked file, a
+/// silent TCP peer): a store has an operation timeout, and a call made for a claim (`complete`,
+/// `release`, `renew`, `mark_unknown`) gives up after [`call_deadline`] of the claim's lease
+/// with a retryable [`Error::Store`]. rerun renews each lease on a worker of its own, so a store
+/// that hangs anyway delays only its own claims; but only a store that keeps its deadlines lets
+/// a holder learn in time that its lease could not be kept.
+///
+/// A store must also survive `fork()`: a child process must not use connections it inherited
+/// (they belong to the parent's sessions), but open its own.
 pub trait Store: Send + Sync {
     /// Claim-or-fetch, in one atomic step: see [`crate::record::decide`] for the table.
     fn claim(&self, req: &ClaimRequest<'_>) -> Result<ClaimResponse, Error>;
@@ -165,16 +175,60 @@ macro_rules! forward_store {
 }
 forward_store!(Arc<S>, Box<S>);
 
-/// A scan cursor naming the last key of a page (`scope`, a tab, the id), for stores that page
-/// in key order.
+/// A scan cursor naming the last key of a page, for stores that page in key order:
+/// `{scope length}:{scope}{id}`, unambiguous whatever bytes the scope and id hold.
 pub fn encode_cursor(key: &Key) -> String {
-    format!("{}\t{}", key.scope(), key.id())
+    format!("{}:{}{}", key.scope().len(), key.scope(), key.id())
 }
 
 /// Parses [`encode_cursor`].
 pub fn decode_cursor(cursor: &str) -> Result<Key, Error> {
-    cursor
-        .split_once('\t')
-        .map(|(scope, id)| Key::from_parts(scope.to_owned(), id.to_owned()))
-        .ok_or_else(|| Error::config(format!("{cursor:?} is not a scan cursor of this store")))
+    let bad = || Error::config(format!("{cursor:?} is not a scan cursor of this store"));
+    let (len, rest) = cursor.split_once(':').ok_or_else(bad)?;
+    let len: usize = len.parse().map_err(|_| bad())?;
+    if !rest.is_char_boundary(len.min(rest.len())) || len > rest.len() {
+        return Err(bad());
+    }
+    let (scope, id) = rest.split_at(len);
+    Ok(Key::from_parts(scope.to_owned(), id.to_owned()))
+}
+
+/// The time limit of a store call made on behalf of a claim with `lease`: the store's own
+/// operation timeout, and never more than a third of the lease, so that a renewal that cannot
+/// get through still leaves time for another try before the lease ends (and a caller is never
+/// held much past it).
+///
+/// ```
+/// use std::time::Duration;
+/// use rerun_core::store::call_deadline;
+/// assert_eq!(call_deadline(Duration::from_secs(5), Duration::from_secs(30)), Duration::from_secs(5));
+/// assert_eq!(call_deadline(Duration::from_secs(5), Duration::from_secs(3)), Duration::from_secs(1));
+/// assert_eq!(call_deadline(Duration::from_secs(5), Duration::MAX), Duration::from_secs(5));
+/// ```
+pub fn call_deadline(op_timeout: Duration, lease: Duration) -> Duration {
+    op_timeout
+        .min(lease / 3)
+        .max(Duration::from_millis(10).min(op_timeout))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cursors_round_trip_any_text() {
+        for (scope, id) in [
+            ("a", "b"),
+            ("a\tb", "c\td"),
+            ("", ""),
+            ("12:x", ":"),
+            ("é", "ü"),
+        ] {
+            let key = Key::from_parts(scope, id);
+            assert_eq!(decode_cursor(&encode_cursor(&key)).ok(), Some(key));
+        }
+        for bad in ["", "x", "3:ab", "a:b", "1:\u{e9}"] {
+            assert!(decode_cursor(bad).is_err(), "{bad:?}");
+        }
+    }
 }

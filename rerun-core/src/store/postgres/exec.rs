@@ -13,6 +13,7 @@ use crate::key::Key;
 use crate::record::{
     Abandoned, Busy, Claim, ClaimRequest, ClaimResponse, RecordView, Replay, Status,
 };
+use crate::store::postgres::error::store_error;
 use crate::store::postgres::pool::Session;
 use crate::store::postgres::sql::{Sql, Stmt};
 use crate::store::{decode_cursor, encode_cursor, ScanPage};
@@ -84,6 +85,15 @@ impl<'a> Op<'a> {
         }
     }
 
+    /// The lease of the claim the operation is made for, if any: it bounds the call.
+    pub(crate) fn lease(&self) -> Option<Duration> {
+        match self {
+            Op::Complete(c, ..) | Op::Release(c) | Op::MarkUnknown(c) => Some(c.lease),
+            Op::Renew(_, lease) => Some(*lease),
+            _ => None,
+        }
+    }
+
     /// What the operation does, in words, for messages.
     pub(crate) fn what(&self) -> &'static str {
         match self {
@@ -102,7 +112,7 @@ impl<'a> Op<'a> {
     fn fail(&self, e: tokio_postgres::Error) -> Failure {
         let broken = crate::store::postgres::pool::is_connection_error(&e);
         Failure {
-            error: Error::store(self.key(), format!("PostgreSQL: {}: {e}", self.what()), e),
+            error: store_error(self.key(), format!("PostgreSQL: {}", self.what()), e),
             broken,
         }
     }
@@ -315,13 +325,11 @@ fn answer(key: &Key, req: &ClaimRequest<'_>, row: &Row) -> Result<Option<ClaimRe
             }),
             _ => None,
         };
-        return Ok(Some(ClaimResponse::Claimed(Claim {
-            key: key.clone(),
-            fence: new_fence as u64,
-            holder: req.holder.clone(),
-            once: req.once,
+        return Ok(Some(ClaimResponse::Claimed(Claim::granted(
+            req,
+            new_fence as u64,
             abandoned,
-        })));
+        ))));
     }
     let (Some(status), Some(fence)) = (status, fence) else {
         // Absent in the snapshot, but inserted by a concurrent claim before ours.
@@ -331,6 +339,23 @@ fn answer(key: &Key, req: &ClaimRequest<'_>, row: &Row) -> Result<Option<ClaimRe
     let lease_us: Option<i64> = col(key, row, 6)?;
     let expired: Option<bool> = col(key, row, 7)?;
     let result: Option<Vec<u8>> = col(key, row, 8)?;
+    let has_lease: Option<bool> = col(key, row, 9)?;
+    // A record the statement cannot judge (no expiry on a completed record, no lease on an
+    // in-progress one) is not a reason to run again, nor a passing failure: it is corrupt.
+    let missing = |what: &str| {
+        Error::corrupt(
+            key,
+            CorruptKind::Record(format!(
+                "the {status:?} record has no {what}",
+                status = status
+            )),
+        )
+    };
+    match status {
+        Status::Completed if expired.is_none() => return Err(missing("expiry")),
+        Status::InProgress if has_lease != Some(true) => return Err(missing("lease")),
+        _ => {}
+    }
     Ok(match status {
         Status::Released => None,
         // A `once` call replays a completed record even past its ttl (decide's table).

@@ -12,12 +12,13 @@
 //!
 //! The SQL, and which race each statement's shape closes, is in the `sql` module.
 
+mod error;
 mod exec;
 mod pool;
 mod sql;
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio_postgres::Config;
 
@@ -26,6 +27,7 @@ use crate::key::Key;
 use crate::record::{Claim, ClaimRequest, ClaimResponse, RecordView};
 use crate::store::{AsyncStore, ScanPage, Store, StoreFuture};
 
+use crate::runtime::keeper::deadline;
 use exec::{exec, Op, Reply};
 use pool::{AsyncConn, Pool, SyncConn, Target};
 use sql::{Names, Sql};
@@ -44,6 +46,9 @@ pub const MAX_KEY_BYTES: usize = 2600;
 pub const MAX_RESULT_BYTES: usize = (1 << 30) - (1 << 20);
 
 const DEFAULT_POOL_SIZE: usize = 16;
+
+/// How long one store call may take by default (see [`PostgresBuilder::op_timeout`]).
+pub const DEFAULT_OP_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// A store in a PostgreSQL table, for fleets of processes on many machines.
 ///
@@ -73,6 +78,7 @@ struct Inner {
     sync_pool: Pool<SyncConn>,
     async_pool: Pool<AsyncConn>,
     max_result_bytes: usize,
+    op_timeout: Duration,
 }
 
 /// Options for a [`PostgresStore`], from [`PostgresStore::builder`].
@@ -95,9 +101,20 @@ pub struct PostgresBuilder {
     schema: Option<String>,
     pool_size: usize,
     max_result_bytes: usize,
+    op_timeout: Duration,
 }
 
 impl PostgresBuilder {
+    /// How long one store call may take, from taking a connection to the server's answer
+    /// (default 5 s): then it fails with a retryable [`Error::Store`] and its connection is
+    /// closed. Calls made for a claim take at most a third of its lease, if that is shorter.
+    /// The server's `statement_timeout` is set to the same (unless the URL sets it), and TCP
+    /// keepalives and `tcp_user_timeout` notice a peer that went silent.
+    pub fn op_timeout(mut self, timeout: Duration) -> Self {
+        self.op_timeout = timeout.max(Duration::from_millis(10));
+        self
+    }
+
     /// The table to keep records in (default `rerun_records`). rerun also creates
     /// `<table>_meta` (versions) and `<table>_fence` (the fence sequence) beside it. A plain
     /// identifier: ASCII letters, digits and `_`, not starting with a digit, at most 55 bytes.
@@ -152,7 +169,26 @@ impl PostgresBuilder {
             config.application_name("rerun");
         }
         if config.get_connect_timeout().is_none() {
-            config.connect_timeout(Duration::from_secs(10));
+            config.connect_timeout(self.op_timeout);
+        }
+        // A peer that stops answering (a frozen proxy, a cut network) is noticed by the
+        // kernel, not only by rerun's deadlines: unacknowledged data fails the socket after the
+        // operation timeout, and an idle connection is probed within seconds.
+        if config.get_tcp_user_timeout().is_none() {
+            config.tcp_user_timeout(self.op_timeout);
+        }
+        if config.get_keepalives_idle() == Duration::from_secs(2 * 60 * 60) {
+            config.keepalives(true);
+            config.keepalives_idle(Duration::from_secs(5));
+            config.keepalives_interval(Duration::from_secs(1));
+            config.keepalives_retries(3);
+        }
+        // The server gives up on a statement when rerun does, instead of finishing work no
+        // one waits for.
+        let options = config.get_options().unwrap_or("").to_owned();
+        if !options.contains("statement_timeout") {
+            let ms = self.op_timeout.as_millis().max(1);
+            config.options(format!("{options} -c statement_timeout={ms}").trim_start());
         }
         let names = Names::new(self.schema.as_deref(), &self.table);
         let sql = Sql::new(&names);
@@ -164,6 +200,7 @@ impl PostgresBuilder {
                 sync_pool: Pool::new(self.pool_size),
                 async_pool: Pool::new(self.pool_size),
                 max_result_bytes: self.max_result_bytes,
+                op_timeout: self.op_timeout,
             }),
         };
         store.migrate()?;
@@ -207,6 +244,7 @@ impl PostgresStore {
             schema: None,
             pool_size: DEFAULT_POOL_SIZE,
             max_result_bytes: MAX_RESULT_BYTES,
+            op_timeout: DEFAULT_OP_TIMEOUT,
         };
         for (name, value) in params {
             builder = match name.as_str() {
@@ -236,11 +274,14 @@ impl PostgresStore {
 
     fn migrate(&self) -> Result<(), Error> {
         let inner = &*self.inner;
-        let mut pooled = inner.sync_pool.get(&inner.target)?;
+        // Creating the schema may wait for another instance doing the same under the lock.
+        let limit = inner.op_timeout.max(Duration::from_secs(30));
+        let mut pooled = inner.sync_pool.get(&inner.target, limit)?;
         let conn = pooled.conn()?;
         let (runtime, session) = conn.parts()?;
         let names = &inner.names;
-        let versions = SyncConn::block_on(runtime, async {
+        let codec = i64::from(crate::codec::CODEC_VERSION);
+        let versions = SyncConn::block_on_for(runtime, limit, async {
             let client = &session.client;
             let exists: bool = client
                 .query_one(&names.exists_query(), &[])
@@ -257,22 +298,37 @@ impl PostgresStore {
                     ))
                     .await?;
             }
+            // Records this build writes need this build's codec to be read: say so in the
+            // table, so that an older rerun refuses the table instead of misreading them.
+            client
+                .execute(&names.raise_codec_version(), &[&codec])
+                .await?;
             let rows = client.query(&names.versions_query(), &[]).await?;
             rows.iter()
                 .map(|r| Ok((r.try_get::<_, String>(0)?, r.try_get::<_, i64>(1)?)))
                 .collect::<Result<Vec<_>, tokio_postgres::Error>>()
         })?;
+        let what = || {
+            format!(
+                "PostgreSQL at {}: creating or checking the rerun table {}",
+                inner.target.shown, names.display
+            )
+        };
         let versions = match versions {
-            Ok(v) => v,
-            Err(e) => {
+            Some(Ok(v)) => v,
+            Some(Err(e)) => {
                 pooled.discard();
-                return Err(Error::store(
+                return Err(error::store_error(None, what(), e));
+            }
+            None => {
+                pooled.discard();
+                return Err(Error::store_msg(
                     None,
                     format!(
-                        "PostgreSQL at {}: creating or checking the rerun table {}: {e}",
-                        inner.target.shown, names.display
+                        "{}: no answer within {}",
+                        what(),
+                        crate::error::rounded(limit)
                     ),
-                    e,
                 ));
             }
         };
@@ -334,44 +390,82 @@ impl PostgresStore {
         Ok(())
     }
 
-    /// Runs an operation on a sync connection.
+    /// The time limit of an operation.
+    fn limit(&self, op: &Op<'_>) -> Duration {
+        match op.lease() {
+            Some(lease) => crate::store::call_deadline(self.inner.op_timeout, lease),
+            None => self.inner.op_timeout,
+        }
+    }
+
+    fn timed_out(&self, op: &Op<'_>, limit: Duration) -> Error {
+        Error::store_msg(
+            op.key(),
+            format!(
+                "PostgreSQL at {}: {}: no answer within {}; the connection was closed",
+                self.inner.target.shown,
+                op.what(),
+                crate::error::rounded(limit)
+            ),
+        )
+    }
+
+    /// Runs an operation on a sync connection, within its time limit.
     fn run(&self, op: Op<'_>) -> Result<Reply, Error> {
         let inner = &*self.inner;
+        let started = Instant::now();
+        let limit = self.limit(&op);
         let key = op.key();
         let mut pooled = inner
             .sync_pool
-            .get(&inner.target)
+            .get(&inner.target, limit)
             .map_err(|e| keyed(e, key))?;
+        let left = limit.saturating_sub(started.elapsed());
+        let timed_out = self.timed_out(&op, limit);
         let conn = pooled.conn()?;
         let (runtime, session) = conn.parts()?;
-        match SyncConn::block_on(runtime, exec(session, &inner.sql, op))? {
-            Ok(reply) => Ok(reply),
-            Err(failure) => {
+        let answer = SyncConn::block_on_for(runtime, left, exec(session, &inner.sql, op))?;
+        match answer {
+            Some(Ok(reply)) => Ok(reply),
+            Some(Err(failure)) => {
                 if failure.broken {
                     pooled.discard();
                 }
                 Err(failure.error)
             }
+            None => {
+                // The connection is mid-statement: it cannot serve another call.
+                pooled.discard();
+                Err(timed_out)
+            }
         }
     }
 
-    /// Runs an operation on an async connection.
+    /// Runs an operation on an async connection, within its time limit.
     async fn run_async(&self, op: Op<'_>) -> Result<Reply, Error> {
         let inner = &*self.inner;
+        let started = Instant::now();
+        let limit = self.limit(&op);
         let key = op.key();
         let mut pooled = inner
             .async_pool
-            .get(&inner.target)
+            .get(&inner.target, limit)
             .await
             .map_err(|e| keyed(e, key))?;
+        let left = limit.saturating_sub(started.elapsed());
+        let timed_out = self.timed_out(&op, limit);
         let conn = pooled.conn()?;
-        match exec(&mut conn.session, &inner.sql, op).await {
-            Ok(reply) => Ok(reply),
-            Err(failure) => {
+        match deadline(left, exec(&mut conn.session, &inner.sql, op)).await {
+            Some(Ok(reply)) => Ok(reply),
+            Some(Err(failure)) => {
                 if failure.broken {
                     pooled.discard();
                 }
                 Err(failure.error)
+            }
+            None => {
+                pooled.discard();
+                Err(timed_out)
             }
         }
     }
@@ -384,10 +478,12 @@ fn keyed(e: Error, key: Option<&Key>) -> Error {
             key: None,
             message,
             source,
+            retryable,
         } => Error::Store {
             key: key.cloned(),
             message,
             source,
+            retryable,
         },
         other => other,
     }

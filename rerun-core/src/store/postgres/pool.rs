@@ -19,14 +19,17 @@
 use std::future::Future;
 use std::pin::pin;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Wake, Waker};
+use std::time::{Duration, Instant};
 
 use tokio::runtime::{Builder, Runtime};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_postgres::{Client, Config, NoTls, Statement};
 
 use crate::error::Error;
+use crate::runtime::keeper::deadline;
+use crate::store::postgres::error::store_error;
 use crate::store::postgres::sql::{Sql, Stmt};
 
 /// Statements prepared on one connection, filled on first use.
@@ -90,6 +93,22 @@ impl SyncConn {
         })
     }
 
+    /// [`SyncConn::block_on`] for at most `limit`; `Ok(None)` when the time ran out (the
+    /// timer is made inside the runtime, whose clock drives it).
+    pub(crate) fn block_on_for<F>(
+        runtime: &Runtime,
+        limit: Duration,
+        fut: F,
+    ) -> Result<Option<F::Output>, Error>
+    where
+        F: Future + Send,
+        F::Output: Send,
+    {
+        SyncConn::block_on(runtime, async move {
+            tokio::time::timeout(limit, fut).await.ok()
+        })
+    }
+
     /// Splits the connection into its runtime and session, for [`SyncConn::block_on`].
     pub(crate) fn parts(&mut self) -> Result<(&Runtime, &mut Session), Error> {
         match &self.runtime {
@@ -125,29 +144,62 @@ pub(crate) struct Target {
 }
 
 impl Target {
-    fn connect_error(&self, e: impl std::error::Error + Send + Sync + 'static) -> Error {
-        Error::store(
+    fn connect_error(&self, e: tokio_postgres::Error) -> Error {
+        store_error(
             None,
-            format!("connecting to PostgreSQL at {}: {e}", self.shown),
+            format!("connecting to PostgreSQL at {}", self.shown),
             e,
         )
     }
 
-    /// Opens a connection for blocking callers.
-    pub(crate) fn connect_sync(&self) -> Result<SyncConn, Error> {
+    fn connect_timed_out(&self, limit: Duration) -> Error {
+        Error::store_msg(
+            None,
+            format!(
+                "connecting to PostgreSQL at {}: no connection within {}",
+                self.shown,
+                crate::error::rounded(limit)
+            ),
+        )
+    }
+
+    /// Opens a connection for blocking callers, within `limit`.
+    pub(crate) fn connect_sync(&self, limit: Duration) -> Result<SyncConn, Error> {
         let runtime = Builder::new_current_thread()
             .enable_all()
             .build()
-            .map_err(|e| self.connect_error(e))?;
+            .map_err(|e| {
+                Error::store(
+                    None,
+                    format!(
+                        "starting the runtime of a PostgreSQL connection to {}",
+                        self.shown
+                    ),
+                    e,
+                )
+            })?;
         let config = self.config.clone();
-        let client = SyncConn::block_on(&runtime, async move {
+        let connected = SyncConn::block_on_for(&runtime, limit, async move {
             let (client, connection) = config.connect(NoTls).await?;
             // The task runs whenever a caller blocks on this runtime, which is exactly when
             // the connection has work to do.
             tokio::spawn(connection);
             Ok::<_, tokio_postgres::Error>(client)
-        })?
-        .map_err(|e| self.connect_error(e))?;
+        });
+        let client = match connected {
+            Ok(Some(connected)) => connected.map_err(|e| self.connect_error(e)),
+            Ok(None) => Err(self.connect_timed_out(limit)),
+            Err(e) => Err(e),
+        };
+        let client = match client {
+            Ok(client) => client,
+            Err(e) => {
+                // Never drop a runtime here: inside an async context (a caller's tokio runtime)
+                // that panics; shutting it down in the background never does.
+                runtime.shutdown_background();
+                return Err(e);
+            }
+        };
         Ok(SyncConn {
             session: Session::new(client),
             runtime: Some(runtime),
@@ -161,15 +213,14 @@ impl Target {
     /// to another thread. If that runtime shuts down, the connection closes, and the pool drops
     /// it at the next checkout. Elsewhere (a current-thread runtime, which only runs tasks while
     /// its owner blocks on it, or no tokio at all) the shared background runtime drives it.
-    pub(crate) async fn connect_async(&self) -> Result<AsyncConn, Error> {
+    pub(crate) async fn connect_async(&self, limit: Duration) -> Result<AsyncConn, Error> {
         let caller = tokio::runtime::Handle::try_current()
             .ok()
             .filter(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
         if let Some(caller) = caller {
-            let (client, connection) = self
-                .config
-                .connect(NoTls)
+            let (client, connection) = deadline(limit, self.config.connect(NoTls))
                 .await
+                .ok_or_else(|| self.connect_timed_out(limit))?
                 .map_err(|e| self.connect_error(e))?;
             caller.spawn(connection);
             return Ok(AsyncConn {
@@ -178,15 +229,24 @@ impl Target {
         }
         let handle = background()?;
         let config = self.config.clone();
-        let joined = handle
-            .spawn(async move {
-                let (client, connection) = config.connect(NoTls).await?;
-                tokio::spawn(connection);
-                Ok::<_, tokio_postgres::Error>(client)
-            })
-            .await;
+        let task = handle.spawn(async move {
+            let (client, connection) = config.connect(NoTls).await?;
+            tokio::spawn(connection);
+            Ok::<_, tokio_postgres::Error>(client)
+        });
+        let abort = task.abort_handle();
+        let Some(joined) = deadline(limit, task).await else {
+            abort.abort();
+            return Err(self.connect_timed_out(limit));
+        };
         let client = joined
-            .map_err(|e| self.connect_error(e))?
+            .map_err(|e| {
+                Error::store(
+                    None,
+                    format!("connecting to PostgreSQL at {}", self.shown),
+                    e,
+                )
+            })?
             .map_err(|e| self.connect_error(e))?;
         Ok(AsyncConn {
             session: Session::new(client),
@@ -194,32 +254,51 @@ impl Target {
     }
 }
 
-/// The process-wide runtime that drives async connections.
+/// The runtime that drives async connections outside a caller's multi-thread runtime: one per
+/// process generation (a forked child has none of its parent's threads, so it starts its own and
+/// leaves the parent's untouched).
 fn background() -> Result<tokio::runtime::Handle, Error> {
-    static RUNTIME: OnceLock<Result<Runtime, String>> = OnceLock::new();
-    let runtime = RUNTIME.get_or_init(|| {
-        Builder::new_multi_thread()
-            .worker_threads(1)
-            .thread_name("rerun-postgres")
-            .enable_all()
-            .build()
-            .map_err(|e| e.to_string())
-    });
-    match runtime {
-        Ok(rt) => Ok(rt.handle().clone()),
-        Err(e) => Err(Error::store_msg(
-            None,
-            format!("starting the runtime of PostgreSQL connections: {e}"),
-        )),
+    static RUNTIME: Mutex<Option<(u64, tokio::runtime::Handle)>> = Mutex::new(None);
+    let now = forks();
+    let mut slot = RUNTIME.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some((f, handle)) = &*slot {
+        if *f == now {
+            return Ok(handle.clone());
+        }
     }
+    let runtime = Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name("rerun-postgres")
+        .enable_all()
+        .build()
+        .map_err(|e| {
+            Error::store_msg(
+                None,
+                format!("starting the runtime of PostgreSQL connections: {e}"),
+            )
+        })?;
+    let handle = runtime.handle().clone();
+    // It lives as long as the process (generation); its handle is all the pools need.
+    std::mem::forget(runtime);
+    *slot = Some((now, handle.clone()));
+    Ok(handle)
 }
 
 /// Connections of one kind, at most `size` handed out at once.
 pub(crate) struct Pool<C> {
-    idle: Mutex<Vec<(u64, C)>>,
-    permits: Arc<Semaphore>,
+    idle: Mutex<Idle<C>>,
+    size: usize,
     /// Bumped when a connection dies; idle connections of older generations are dropped.
     generation: AtomicU64,
+}
+
+/// The idle connections and the permits of one process generation: a forked child starts with
+/// none of its parent's (their sessions are the parent's, and the permits they hold will never
+/// come back in the child).
+struct Idle<C> {
+    forks: u64,
+    conns: Vec<(u64, C)>,
+    permits: Arc<Semaphore>,
 }
 
 /// A connection taken from a [`Pool`]; it goes back on drop unless marked broken.
@@ -227,25 +306,54 @@ pub(crate) struct Pooled<'p, C> {
     pool: &'p Pool<C>,
     conn: Option<C>,
     generation: u64,
+    forks: u64,
     broken: bool,
     _permit: OwnedSemaphorePermit,
 }
 
+fn forks() -> u64 {
+    crate::process::current().forks
+}
+
 impl<C> Pool<C> {
     pub(crate) fn new(size: usize) -> Pool<C> {
+        let size = size.max(1);
         Pool {
-            idle: Mutex::new(Vec::new()),
-            permits: Arc::new(Semaphore::new(size.max(1))),
+            idle: Mutex::new(Idle {
+                forks: forks(),
+                conns: Vec::new(),
+                permits: Arc::new(Semaphore::new(size)),
+            }),
+            size,
             generation: AtomicU64::new(0),
         }
     }
 
+    /// The idle connections of this process generation.
+    fn idle(&self) -> std::sync::MutexGuard<'_, Idle<C>> {
+        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        let now = forks();
+        if idle.forks != now {
+            for conn in idle.conns.drain(..) {
+                // The parent's: closing it here could end the parent's session.
+                std::mem::forget(conn);
+            }
+            idle.forks = now;
+            idle.permits = Arc::new(Semaphore::new(self.size));
+        }
+        idle
+    }
+
+    fn permits(&self) -> Arc<Semaphore> {
+        self.idle().permits.clone()
+    }
+
     fn pop_idle(&self) -> Option<(u64, C)> {
         let current = self.generation.load(Ordering::Acquire);
-        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        let mut idle = self.idle();
         // Older generations may share the fate of a connection that died: drop them.
-        idle.retain(|(g, _)| *g >= current);
-        idle.pop()
+        idle.conns.retain(|(g, _)| *g >= current);
+        idle.conns.pop()
     }
 
     fn wrap(&self, permit: OwnedSemaphorePermit, generation: u64, conn: C) -> Pooled<'_, C> {
@@ -253,6 +361,7 @@ impl<C> Pool<C> {
             pool: self,
             conn: Some(conn),
             generation,
+            forks: forks(),
             broken: false,
             _permit: permit,
         }
@@ -261,32 +370,56 @@ impl<C> Pool<C> {
     fn closed() -> Error {
         Error::store_msg(None, "the PostgreSQL connection pool is closed")
     }
+
+    fn exhausted(target: &Target, limit: Duration) -> Error {
+        Error::store_msg(
+            None,
+            format!(
+                "every pooled connection to PostgreSQL at {} stayed busy for {}; raise the pool size or lower the load",
+                target.shown,
+                crate::error::rounded(limit)
+            ),
+        )
+    }
 }
 
 impl Pool<SyncConn> {
-    /// Takes a connection, blocking while all are in use, opening one if none is idle.
-    pub(crate) fn get(&self, target: &Target) -> Result<Pooled<'_, SyncConn>, Error> {
-        let permit = match self.permits.clone().try_acquire_owned() {
+    /// Takes a connection, blocking while all are in use, opening one if none is idle; all of
+    /// it within `limit`.
+    pub(crate) fn get(
+        &self,
+        target: &Target,
+        limit: Duration,
+    ) -> Result<Pooled<'_, SyncConn>, Error> {
+        let started = Instant::now();
+        let permits = self.permits();
+        let permit = match permits.clone().try_acquire_owned() {
             Ok(p) => p,
-            Err(_) => park_on(self.permits.clone().acquire_owned()).map_err(|_| Self::closed())?,
+            Err(_) => park_on(permits.acquire_owned(), limit)
+                .ok_or_else(|| Self::exhausted(target, limit))?
+                .map_err(|_| Self::closed())?,
         };
         if let Some((generation, conn)) = self.pop_idle() {
             return Ok(self.wrap(permit, generation, conn));
         }
         let generation = self.generation.load(Ordering::Acquire);
-        let conn = target.connect_sync()?;
+        let conn = target.connect_sync(limit.saturating_sub(started.elapsed()))?;
         Ok(self.wrap(permit, generation, conn))
     }
 }
 
 impl Pool<AsyncConn> {
-    /// Takes a connection, waiting while all are in use, opening one if none is idle.
-    pub(crate) async fn get(&self, target: &Target) -> Result<Pooled<'_, AsyncConn>, Error> {
-        let permit = self
-            .permits
-            .clone()
-            .acquire_owned()
+    /// Takes a connection, waiting while all are in use, opening one if none is idle; all of
+    /// it within `limit`.
+    pub(crate) async fn get(
+        &self,
+        target: &Target,
+        limit: Duration,
+    ) -> Result<Pooled<'_, AsyncConn>, Error> {
+        let started = Instant::now();
+        let permit = deadline(limit, self.permits().acquire_owned())
             .await
+            .ok_or_else(|| Self::exhausted(target, limit))?
             .map_err(|_| Self::closed())?;
         loop {
             match self.pop_idle() {
@@ -297,7 +430,9 @@ impl Pool<AsyncConn> {
             }
         }
         let generation = self.generation.load(Ordering::Acquire);
-        let conn = target.connect_async().await?;
+        let conn = target
+            .connect_async(limit.saturating_sub(started.elapsed()))
+            .await?;
         Ok(self.wrap(permit, generation, conn))
     }
 }
@@ -323,12 +458,12 @@ impl<C> Drop for Pooled<'_, C> {
             return;
         }
         if let Some(conn) = self.conn.take() {
-            if self.generation >= self.pool.generation.load(Ordering::Acquire) {
-                self.pool
-                    .idle
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .push((self.generation, conn));
+            let mut idle = self.pool.idle();
+            if idle.forks != self.forks {
+                // Taken before a fork: the parent's session.
+                std::mem::forget(conn);
+            } else if self.generation >= self.pool.generation.load(Ordering::Acquire) {
+                idle.conns.push((self.generation, conn));
             }
         }
     }
@@ -348,21 +483,27 @@ pub(crate) fn is_connection_error(e: &tokio_postgres::Error) -> bool {
     }
 }
 
-/// Blocks the current thread on a future that needs no runtime (a semaphore wait).
-fn park_on<F: Future>(fut: F) -> F::Output {
+/// Blocks the current thread on a future that needs no runtime (a semaphore wait), for at most
+/// `limit`; `None` when the time ran out.
+fn park_on<F: Future>(fut: F, limit: Duration) -> Option<F::Output> {
     struct Unpark(std::thread::Thread);
     impl Wake for Unpark {
         fn wake(self: Arc<Self>) {
             self.0.unpark();
         }
     }
+    let until = Instant::now() + limit;
     let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
     let mut cx = Context::from_waker(&waker);
     let mut fut = pin!(fut);
     loop {
         if let Poll::Ready(out) = fut.as_mut().poll(&mut cx) {
-            return out;
+            return Some(out);
         }
-        std::thread::park();
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return None;
+        }
+        std::thread::park_timeout(left);
     }
 }

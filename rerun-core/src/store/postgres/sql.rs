@@ -141,6 +141,14 @@ impl Names {
         )
     }
 
+    /// Raises the recorded codec version to `$1` (never lowers it).
+    pub(crate) fn raise_codec_version(&self) -> String {
+        format!(
+            "UPDATE {} SET value = $1 WHERE name = 'codec_version' AND value < $1",
+            self.meta
+        )
+    }
+
     /// The versions recorded in the meta table.
     pub(crate) fn versions_query(&self) -> String {
         format!(
@@ -227,7 +235,8 @@ impl Sql {
                          THEN (extract(epoch FROM cur.lease_until - now()) * 1000000)::bigint END,
                     cur.expires_at <= now(),
                     CASE WHEN cur.status = 'completed' AND cur.fingerprint = $3
-                              AND (cur.expires_at > now() OR $5) THEN cur.result END
+                              AND (cur.expires_at > now() OR $5) THEN cur.result END,
+                    cur.lease_until IS NOT NULL
                FROM (SELECT 1) AS one LEFT JOIN cur ON true",
             seq = n.fence_seq.replace('\'', "''"),
             cur_claimable = claimable("cur"),

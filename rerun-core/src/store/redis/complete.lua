@@ -15,9 +15,11 @@ if r[1] and (tonumber(r[1]) or 0) > SCHEMA then return 'version:' .. r[1] end
 if r[2] ~= 'in_progress' or r[3] ~= ARGV[1] then return 'lost' end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local expires = now + tonumber(ARGV[3])
-redis.call('HSET', rec, 'st', 'completed', 're', ARGV[2], 'ex', string.format('%.0f', expires))
+-- The expiry falls on a whole millisecond, the precision of Redis' own key expiry: the record
+-- is judged expired ('ex', in microseconds) at the very instant Redis removes the key, never
+-- later and never earlier, and its time to live is never more than the ttl asked for.
+local expires_ms = math.floor((now + tonumber(ARGV[3])) / 1000)
+redis.call('HSET', rec, 'st', 'completed', 're', ARGV[2], 'ex', string.format('%.0f', expires_ms * 1000))
 redis.call('HDEL', rec, 'ho', 'lu')
--- Rounded up to whole milliseconds, so the key never vanishes before 'ex' says it expired.
-redis.call('PEXPIREAT', rec, math.ceil(expires / 1000))
+redis.call('PEXPIREAT', rec, string.format('%.0f', expires_ms))
 return 'ok'

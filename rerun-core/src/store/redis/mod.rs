@@ -38,30 +38,63 @@
 //! multiplexed connection, opened on first use in the caller's tokio runtime and reopened when
 //! that runtime is gone; outside a tokio runtime it falls back to the sync half.
 //!
+//! # Deadlines
+//!
+//! Every call has a time limit: the store's operation timeout (default 5 s), and for a call made
+//! for a claim at most a third of its lease ([`crate::store::call_deadline`]). A call that runs
+//! out of time fails with a retryable [`Error::Store`] and its connection is closed.
+//!
+//! # Durability
+//!
+//! A claim is as durable as the server's persistence: see [`Persistence`] (read at connect, and
+//! logged as a `warn` event the first time a `once` function uses a server that keeps nothing on
+//! disk), and [`RedisOptions::wait_replicas`] / [`RedisOptions::wait_aof`] for `once` claims.
+//!
+//! | server setting | what a crash or restart can lose |
+//! |---|---|
+//! | `appendonly yes`, `appendfsync always` | nothing: the claim is on disk before Redis answers |
+//! | `appendonly yes`, `appendfsync everysec` | about the last second of claims |
+//! | `appendonly yes`, `appendfsync no` | what the OS had not flushed (typically up to 30 s) |
+//! | RDB snapshots only (`save "3600 1 …"`) | every claim since the last snapshot |
+//! | nothing (`appendonly no`, `save ""`) | every record, at the next restart |
+//!
 //! # Errors
 //!
-//! Every driver failure is a retryable [`Error::Store`] naming the key; the connection it
-//! happened on is dropped (with every idle connection opened before it, which a server restart
-//! or a `CLIENT KILL` killed too), so the retry runs on a fresh one. A record written by a newer
-//! rerun is [`Error::Corrupt`] naming both versions; a key or result larger than the server
-//! accepts is [`Error::Codec`] before anything is written.
+//! Every driver failure is an [`Error::Store`] naming the key, retryable unless the server
+//! refuses the credentials or permissions; the connection it happened on is dropped (with every
+//! idle connection opened before it, which a server restart or a `CLIENT KILL` killed too), so
+//! the retry runs on a fresh one. A record written by a newer rerun is [`Error::Corrupt`] naming
+//! both versions; a key or result larger than the server accepts is [`Error::Codec`] before
+//! anything is written.
+//!
+//! The code is laid out by concern: `conn` (connections, deadlines, fork), `scripts` (the Lua
+//! scripts and their arguments), `reply` (reading their answers), `names` (key names),
+//! `durability` (persistence and `WAIT`).
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+mod conn;
+mod durability;
+mod names;
+mod reply;
+mod scripts;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, Client, Connection, ConnectionLike, RedisError, Script, Value};
+use redis::{Client, Connection, Value};
 
-use crate::error::{CorruptKind, Error};
-use crate::fingerprint::Fingerprint;
+use crate::error::Error;
 use crate::global::redact;
-use crate::holder::Holder;
 use crate::key::Key;
-use crate::record::{
-    Abandoned, Busy, Claim, ClaimRequest, ClaimResponse, Fence, RecordView, Replay, Status,
-};
-use crate::store::{AsyncStore, ScanPage, Store, StoreFuture};
+use crate::record::{Claim, ClaimRequest, ClaimResponse, RecordView};
+use crate::store::{call_deadline, AsyncStore, ScanPage, Store, StoreFuture};
+
+use conn::{AsyncConn, Pool};
+use durability::OnceDurability;
+pub use durability::Persistence;
+use names::{parse_record_key, record_key, scan_pattern, split_prefix};
+use reply::{newer, parse_claim, parse_fenced, parse_view, unexpected, Fenced};
+use scripts::{claim_args, span_us, Arg, Scripts, FENCE_KEEP_MS};
 
 /// The record layout this build writes; a record with a newer one is refused as
 /// [`Error::Corrupt`], never overwritten.
@@ -69,17 +102,6 @@ pub const SCHEMA_VERSION: u32 = 1;
 
 /// The largest key or result Redis accepts by default (`proto-max-bulk-len`, 512 MiB).
 pub const DEFAULT_MAX_VALUE_BYTES: usize = 512 * 1024 * 1024;
-
-/// How long a released record, or the tombstone `forget` leaves, keeps the key's last fence
-/// (a day, in milliseconds).
-const FENCE_KEEP_MS: u64 = 24 * 60 * 60 * 1000;
-
-/// The longest lease or ttl passed to Redis (100 years): keeps the scripts' microsecond
-/// arithmetic exact in Lua's doubles.
-const MAX_SPAN_US: u64 = 100 * 365 * 24 * 60 * 60 * 1_000_000;
-
-/// How many idle sync connections the pool keeps.
-const MAX_IDLE: usize = 64;
 
 /// Options for [`RedisStore::connect_with`].
 ///
@@ -99,18 +121,20 @@ pub struct RedisOptions {
     connect_timeout: Duration,
     response_timeout: Duration,
     max_value_bytes: usize,
+    once_durability: OnceDurability,
 }
 
 impl RedisOptions {
-    /// Defaults: prefix `rerun:`, client name `rerun`, 5 s to connect, 10 s for a reply, and
+    /// Defaults: prefix `rerun:`, client name `rerun`, 5 s to connect, 5 s for a call, and
     /// values up to the server's `proto-max-bulk-len` (512 MiB unless the server says less).
     pub fn new() -> RedisOptions {
         RedisOptions {
             prefix: "rerun:".to_owned(),
             client_name: "rerun".to_owned(),
             connect_timeout: Duration::from_secs(5),
-            response_timeout: Duration::from_secs(10),
+            response_timeout: Duration::from_secs(5),
             max_value_bytes: DEFAULT_MAX_VALUE_BYTES,
+            once_durability: OnceDurability::default(),
         }
     }
     /// The prefix of every key rerun writes, to keep several applications (or tests) apart in
@@ -129,9 +153,27 @@ impl RedisOptions {
         self.connect_timeout = timeout;
         self
     }
-    /// How long a reply may take before the call fails with a retryable [`Error::Store`].
+    /// How long a call may take, from taking a connection to the reply (default 5 s), before
+    /// it fails with a retryable [`Error::Store`] and its connection is closed. A call made for
+    /// a claim takes at most a third of its lease, if that is shorter.
     pub fn response_timeout(mut self, timeout: Duration) -> Self {
-        self.response_timeout = timeout;
+        self.response_timeout = timeout.max(Duration::from_millis(10));
+        self
+    }
+    /// Make every `once` claim wait until `replicas` replicas acknowledged it (`WAIT`), at most
+    /// `timeout`, before its body starts; a claim that does not get there is given back and the
+    /// call fails with a retryable [`Error::Store`]. Keeps a failover from forgetting a claim
+    /// whose body ran. One more round trip per `once` claim.
+    pub fn wait_replicas(mut self, replicas: u32, timeout: Duration) -> Self {
+        self.once_durability.replicas = Some((replicas, timeout));
+        self
+    }
+    /// Make every `once` claim wait until it is in the append-only file of this server (when
+    /// `local`) and of `replicas` replicas (`WAITAOF`, Redis 7.2 and later; connecting to an
+    /// older server with this set is [`Error::Config`]), at most `timeout`. As
+    /// [`RedisOptions::wait_replicas`], a claim that does not get there is given back.
+    pub fn wait_aof(mut self, local: bool, replicas: u32, timeout: Duration) -> Self {
+        self.once_durability.aof = Some((local, replicas, timeout));
         self
     }
     /// The largest key or result to send; larger ones fail with [`Error::Codec`] before
@@ -175,83 +217,20 @@ struct Inner {
     prefix: String,
     client_name: String,
     connect_timeout: Duration,
+    /// The operation timeout of one call.
     response_timeout: Duration,
     max_value_bytes: AtomicUsize,
     scripts: Scripts,
     pool: Mutex<Pool>,
     aio: Mutex<Option<AsyncConn>>,
+    /// The connection of durable `once` claims made by async calls (see `conn::durable_claim`).
+    durable: tokio::sync::Mutex<Option<(u64, redis::aio::MultiplexedConnection)>>,
     /// Ids of async connections, so that a failure on an old one never drops a newer one.
     next_conn_id: AtomicU64,
-}
-
-struct Scripts {
-    claim: Script,
-    complete: Script,
-    release: Script,
-    renew: Script,
-    mark_unknown: Script,
-    forget: Script,
-    inspect: Script,
-    /// The sources, for `SCRIPT LOAD` at connect.
-    sources: Vec<String>,
-}
-
-impl Scripts {
-    fn new() -> Scripts {
-        let sources: Vec<String> = [
-            include_str!("claim.lua"),
-            include_str!("complete.lua"),
-            include_str!("release.lua"),
-            include_str!("renew.lua"),
-            include_str!("mark_unknown.lua"),
-            include_str!("forget.lua"),
-            include_str!("inspect.lua"),
-        ]
-        .iter()
-        .map(|code| code.replace("@SCHEMA@", &SCHEMA_VERSION.to_string()))
-        .collect();
-        let script = |i: usize| Script::new(&sources[i]);
-        Scripts {
-            claim: script(0),
-            complete: script(1),
-            release: script(2),
-            renew: script(3),
-            mark_unknown: script(4),
-            forget: script(5),
-            inspect: script(6),
-            sources,
-        }
-    }
-}
-
-/// Idle sync connections. A connection failure bumps the generation, and connections of an
-/// older generation are dropped instead of reused: whatever killed one (a restart, a
-/// `CLIENT KILL`, a network cut) most likely killed its idle siblings too.
-#[derive(Default)]
-struct Pool {
-    idle: Vec<Connection>,
-    generation: u64,
-}
-
-/// The multiplexed connection of the async half, and a task in the runtime that drives it:
-/// when that runtime shuts down, the task ends with it and the connection is reopened.
-struct AsyncConn {
-    conn: MultiplexedConnection,
-    alive: tokio::task::JoinHandle<()>,
-    id: u64,
-}
-
-impl Drop for AsyncConn {
-    fn drop(&mut self) {
-        self.alive.abort();
-    }
-}
-
-/// What a fenced script answered.
-enum Fenced {
-    Ok,
-    Lost,
-    Version(u32),
+    persistence: Persistence,
+    once_durability: OnceDurability,
+    /// Whether the warning about a `once` claim on a server without persistence was logged.
+    warned_volatile: AtomicBool,
 }
 
 impl RedisStore {
@@ -260,7 +239,8 @@ impl RedisStore {
     ///
     /// Works with or without an async runtime. A server that cannot be reached is a
     /// retryable [`Error::Store`] naming the URL (its password elided) and the cause; a
-    /// malformed URL is [`Error::Config`].
+    /// malformed URL is [`Error::Config`]; refused credentials are a non-retryable
+    /// [`Error::Store`].
     ///
     /// ```no_run
     /// let store = rerun_core::store::redis::RedisStore::connect("redis://:secret@cache:6379/0")?;
@@ -301,7 +281,7 @@ impl RedisStore {
                 "{redacted} is not a Redis URL ({e}); expected redis://[:password@]host[:port][/db]"
             ))
         })?;
-        let store = RedisStore {
+        let mut store = RedisStore {
             inner: Arc::new(Inner {
                 client,
                 url: redacted,
@@ -313,32 +293,55 @@ impl RedisStore {
                 scripts: Scripts::new(),
                 pool: Mutex::new(Pool::default()),
                 aio: Mutex::new(None),
+                durable: tokio::sync::Mutex::new(None),
                 next_conn_id: AtomicU64::new(1),
+                persistence: Persistence::Unknown,
+                once_durability: options.once_durability,
+                warned_volatile: AtomicBool::new(false),
             }),
         };
-        let mut conn = store.open_sync(None)?;
+        let limit = options.connect_timeout.max(options.response_timeout);
+        let mut pooled = store.open_sync(None, limit)?;
+        let conn: &mut Connection = pooled.connection();
         // Load every script now, in one round trip, so the first calls need no NOSCRIPT detour.
         let mut load = redis::pipe();
         for source in &store.inner.scripts.sources {
             load.cmd("SCRIPT").arg("LOAD").arg(source);
         }
-        load.query::<()>(&mut conn)
+        load.query::<()>(conn)
             .map_err(|e| store.connect_err(None, "loading rerun's scripts", e))?;
         // The server's own limit on one value, where it lets us read it (managed services may
         // not): keys and results above it are refused before anything is sent.
-        let limit: Option<(String, u64)> = redis::cmd("CONFIG")
+        let max: Option<(String, u64)> = redis::cmd("CONFIG")
             .arg("GET")
             .arg("proto-max-bulk-len")
-            .query(&mut conn)
+            .query(conn)
             .ok();
-        if let Some((_, server_max)) = limit {
+        if let Some((_, server_max)) = max {
             let server_max = usize::try_from(server_max).unwrap_or(usize::MAX);
             store
                 .inner
                 .max_value_bytes
                 .fetch_min(server_max, Ordering::Relaxed);
         }
-        store.put_back(0, conn);
+        let persistence = Persistence::read(conn);
+        if options.once_durability.aof.is_some()
+            && durability::server_version(conn).is_some_and(|v| v < (7, 2))
+        {
+            return Err(Error::config(format!(
+                "RedisOptions::wait_aof needs WAITAOF, which Redis at {} does not have (it came with Redis 7.2); use wait_replicas, or upgrade the server",
+                store.inner.url
+            )));
+        }
+        match Arc::get_mut(&mut store.inner) {
+            Some(inner) => inner.persistence = persistence,
+            None => {
+                return Err(Error::config(
+                    "the new Redis store was shared before it was ready",
+                ))
+            }
+        }
+        store.put_back(0, pooled);
         Ok(store)
     }
 
@@ -370,210 +373,19 @@ impl RedisStore {
         self.inner.max_value_bytes.load(Ordering::Relaxed)
     }
 
-    // ---- connections ---------------------------------------------------------------------
-
-    /// A new sync connection; `key` is the key of the call that needs it, for the error.
-    fn open_sync(&self, key: Option<&Key>) -> Result<Connection, Error> {
-        let inner = &self.inner;
-        let mut conn = inner
-            .client
-            .get_connection_with_timeout(inner.connect_timeout)
-            .map_err(|e| self.connect_err(key, "connecting", e))?;
-        let timeout = Some(inner.response_timeout);
-        conn.set_read_timeout(timeout)
-            .and_then(|()| conn.set_write_timeout(timeout))
-            .map_err(|e| self.connect_err(key, "setting timeouts", e))?;
-        redis::cmd("CLIENT")
-            .arg("SETNAME")
-            .arg(&inner.client_name)
-            .query::<()>(&mut conn)
-            .map_err(|e| self.connect_err(key, "naming the connection", e))?;
-        Ok(conn)
-    }
-
-    fn pool(&self) -> MutexGuard<'_, Pool> {
-        // Every update of the pool is a single push, pop or assignment: a poisoned lock is
-        // still consistent.
-        self.inner.pool.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    fn take(&self, key: Option<&Key>) -> Result<(u64, Connection), Error> {
-        let (generation, pooled) = {
-            let mut pool = self.pool();
-            (pool.generation, pool.idle.pop())
-        };
-        match pooled {
-            Some(conn) => Ok((generation, conn)),
-            None => Ok((generation, self.open_sync(key)?)),
-        }
-    }
-
-    fn put_back(&self, generation: u64, conn: Connection) {
-        let mut pool = self.pool();
-        if generation == pool.generation && conn.is_open() && pool.idle.len() < MAX_IDLE {
-            pool.idle.push(conn);
-        }
-    }
-
-    /// Forgets every idle connection of generation `generation` or older.
-    fn invalidate(&self, generation: u64) {
-        let mut pool = self.pool();
-        if pool.generation == generation {
-            pool.generation += 1;
-            pool.idle.clear();
-        }
-    }
-
-    /// Runs one request on a pooled sync connection.
-    fn sync_call<T>(
-        &self,
-        key: Option<&Key>,
-        what: &str,
-        f: impl FnOnce(&mut Connection) -> Result<T, RedisError>,
-    ) -> Result<T, Error> {
-        let (generation, mut conn) = self.take(key)?;
-        match f(&mut conn) {
-            Ok(v) => {
-                self.put_back(generation, conn);
-                Ok(v)
-            }
-            Err(e) => {
-                if breaks_connection(&e) {
-                    self.invalidate(generation);
-                } else {
-                    self.put_back(generation, conn);
-                }
-                Err(self.driver_err(key, what, e))
-            }
-        }
-    }
-
-    /// The async connection: the cached one while the runtime that drives it runs, else a new
-    /// one in the current runtime. `None` outside a tokio runtime.
-    async fn async_conn(&self, key: &Key) -> Result<Option<(u64, MultiplexedConnection)>, Error> {
-        if tokio::runtime::Handle::try_current().is_err() {
-            return Ok(None);
-        }
-        let seen = {
-            let cached = self.inner.aio.lock().unwrap_or_else(|p| p.into_inner());
-            match &*cached {
-                Some(a) if !a.alive.is_finished() => return Ok(Some((a.id, a.conn.clone()))),
-                Some(a) => Some(a.id),
-                None => None,
-            }
-        };
-        let inner = &self.inner;
-        let config = AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(inner.connect_timeout))
-            .set_response_timeout(Some(inner.response_timeout));
-        let mut conn = inner
-            .client
-            .get_multiplexed_async_connection_with_config(&config)
-            .await
-            .map_err(|e| self.connect_err(Some(key), "connecting", e))?;
-        redis::cmd("CLIENT")
-            .arg("SETNAME")
-            .arg(&inner.client_name)
-            .query_async::<()>(&mut conn)
-            .await
-            .map_err(|e| self.connect_err(Some(key), "naming the connection", e))?;
-        // A task that lives exactly as long as the runtime that drives the connection.
-        let alive = tokio::spawn(std::future::pending::<()>());
-        let mut cached = self.inner.aio.lock().unwrap_or_else(|p| p.into_inner());
-        match &*cached {
-            // Another task opened one meanwhile: share it, drop ours.
-            Some(a) if Some(a.id) != seen && !a.alive.is_finished() => {
-                alive.abort();
-                Ok(Some((a.id, a.conn.clone())))
-            }
-            _ => {
-                let id = self.inner.next_conn_id.fetch_add(1, Ordering::Relaxed);
-                *cached = Some(AsyncConn {
-                    conn: conn.clone(),
-                    alive,
-                    id,
-                });
-                Ok(Some((id, conn)))
-            }
-        }
-    }
-
-    fn invalidate_async(&self, id: u64) {
-        let mut cached = self.inner.aio.lock().unwrap_or_else(|p| p.into_inner());
-        if cached.as_ref().is_some_and(|a| a.id == id) {
-            *cached = None;
-        }
-    }
-
-    /// Runs one script on the async connection, or on the sync half outside a tokio runtime.
-    async fn async_script(
-        &self,
-        key: &Key,
-        what: &str,
-        script: &Script,
-        record: &str,
-        args: &[Arg<'_>],
-    ) -> Result<Value, Error> {
-        let Some((id, mut conn)) = self.async_conn(key).await? else {
-            return self.sync_script(key, what, script, record, args);
-        };
-        let mut invocation = script.key(record);
-        for arg in args {
-            invocation.arg(arg);
-        }
-        match invocation.invoke_async::<Value>(&mut conn).await {
-            Ok(v) => Ok(v),
-            Err(e) => {
-                if breaks_connection(&e) {
-                    self.invalidate_async(id);
-                }
-                Err(self.driver_err(Some(key), what, e))
-            }
-        }
-    }
-
-    fn sync_script(
-        &self,
-        key: &Key,
-        what: &str,
-        script: &Script,
-        record: &str,
-        args: &[Arg<'_>],
-    ) -> Result<Value, Error> {
-        self.sync_call(Some(key), what, |conn| {
-            let mut invocation = script.key(record);
-            for arg in args {
-                invocation.arg(arg);
-            }
-            invocation.invoke::<Value>(conn)
-        })
-    }
-
-    // ---- errors --------------------------------------------------------------------------
-
-    fn connect_err(&self, key: Option<&Key>, what: &str, e: RedisError) -> Error {
-        Error::store(
-            key,
-            format!("{what} to Redis at {}: {e}", self.inner.url),
-            e,
-        )
-    }
-
-    fn driver_err(&self, key: Option<&Key>, what: &str, e: RedisError) -> Error {
-        if let (Some(key), Some("WRONGTYPE")) = (key, e.code()) {
-            return Error::corrupt(
-                key,
-                CorruptKind::Record(format!(
-                    "the Redis key {} holds another type than rerun's hash",
-                    self.record_key(key)
-                )),
-            );
-        }
-        Error::store(
-            key,
-            format!("{what} on Redis at {}: {e}", self.inner.url),
-            e,
-        )
+    /// What the server keeps on disk, as read at connect (see the module docs for what each
+    /// setting can lose).
+    ///
+    /// ```no_run
+    /// use rerun_core::store::redis::{Persistence, RedisStore};
+    /// let store = RedisStore::connect("redis://127.0.0.1:6379")?;
+    /// if store.persistence() == &Persistence::Nothing {
+    ///     eprintln!("a restart of Redis loses {}", store.persistence().loses());
+    /// }
+    /// # Ok::<(), rerun_core::Error>(())
+    /// ```
+    pub fn persistence(&self) -> &Persistence {
+        &self.inner.persistence
     }
 
     fn too_large(&self, key: &Key, what: &'static str, len: usize) -> Result<(), Error> {
@@ -590,13 +402,28 @@ impl RedisStore {
         Ok(())
     }
 
-    // ---- the operations, shared by both halves -------------------------------------------
-
     /// The record key of a claim, refused before anything is sent when it is too large.
     fn claim_key(&self, req: &ClaimRequest<'_>) -> Result<String, Error> {
         let record = self.record_key(req.key);
         self.too_large(req.key, "the key", record.len())?;
+        if req.once {
+            self.warn_if_volatile(req.key);
+        }
         Ok(record)
+    }
+
+    /// Says once, when a `once` function first claims on a server that keeps nothing on disk,
+    /// what a restart would lose.
+    fn warn_if_volatile(&self, key: &Key) {
+        if self.inner.persistence == Persistence::Nothing
+            && !self.inner.warned_volatile.swap(true, Ordering::Relaxed)
+        {
+            tracing::warn!(
+                store = %self.describe(),
+                %key,
+                "rerun: a `once` function claims on a Redis server that keeps nothing on disk (appendonly no, save \"\"): a restart of the server forgets its claims, and a body whose claim is forgotten can run again; enable appendonly, or use wait_replicas/wait_aof with replicas"
+            );
+        }
     }
 
     fn fenced_answer(&self, claim: &Claim, reply: Value) -> Result<(), Error> {
@@ -606,6 +433,44 @@ impl RedisStore {
                 key: claim.key.clone(),
             }),
             Fenced::Version(found) => Err(newer(&claim.key, found)),
+        }
+    }
+
+    /// The time limit of a call made for a claim with `lease`.
+    fn limit(&self, lease: Duration) -> Duration {
+        call_deadline(self.inner.response_timeout, lease)
+    }
+
+    /// The error for a `once` claim that did not reach the durability asked for, and the claim
+    /// to give back (its body has not started).
+    fn not_durable(response: ClaimResponse, why: String) -> (Option<Claim>, Error) {
+        match response {
+            ClaimResponse::Claimed(claim) => {
+                let e = Error::store_msg(
+                    Some(&claim.key),
+                    format!("{why}; the claim was given back and the body did not start"),
+                );
+                (Some(claim), e)
+            }
+            other => (
+                None,
+                Error::store_msg(None, format!("{why} (the claim script answered {other:?})")),
+            ),
+        }
+    }
+
+    /// Reads what a durable claim waited for.
+    fn durable_answer(
+        response: ClaimResponse,
+        waited: Option<redis::RedisResult<Result<(), String>>>,
+    ) -> Result<ClaimResponse, (Option<Claim>, Error)> {
+        match waited {
+            None | Some(Ok(Ok(()))) => Ok(response),
+            Some(Ok(Err(why))) => Err(RedisStore::not_durable(response, why)),
+            Some(Err(e)) => Err(RedisStore::not_durable(
+                response,
+                format!("waiting for the claim to be durable failed: {e}"),
+            )),
         }
     }
 }
@@ -619,362 +484,6 @@ impl std::fmt::Debug for RedisStore {
     }
 }
 
-/// One argument of a script: bytes as they are, or a number in decimal (as the scripts
-/// compare fences: `tostring` of what they stored).
-#[derive(Clone, Copy)]
-enum Arg<'a> {
-    Bytes(&'a [u8]),
-    Num(u64),
-}
-
-impl redis::ToRedisArgs for Arg<'_> {
-    fn write_redis_args<W: ?Sized + redis::RedisWrite>(&self, out: &mut W) {
-        match self {
-            Arg::Bytes(b) => b.write_redis_args(out),
-            Arg::Num(n) => n.write_redis_args(out),
-        }
-    }
-}
-
-/// The arguments of `claim.lua`.
-fn claim_args<'a>(req: &'a ClaimRequest<'_>, holder: &'a str) -> [Arg<'a>; 5] {
-    [
-        Arg::Bytes(&req.fingerprint.0),
-        Arg::Bytes(holder.as_bytes()),
-        Arg::Num(span_us(req.lease)),
-        Arg::Bytes(if req.once { b"1" } else { b"0" }),
-        match req.steal {
-            Some(fence) => Arg::Num(fence),
-            None => Arg::Bytes(b""),
-        },
-    ]
-}
-
-/// Whether a driver error leaves the connection unusable (closed, reset, timed out mid-reply).
-fn breaks_connection(e: &RedisError) -> bool {
-    e.is_io_error() || e.is_connection_dropped() || e.is_timeout() || e.is_unrecoverable_error()
-}
-
-/// A lease or ttl in whole microseconds, capped (see [`MAX_SPAN_US`]).
-fn span_us(d: Duration) -> u64 {
-    u64::try_from(d.as_micros())
-        .unwrap_or(u64::MAX)
-        .min(MAX_SPAN_US)
-}
-
-fn newer(key: &Key, found: u32) -> Error {
-    Error::corrupt(
-        key,
-        CorruptKind::UnknownVersion {
-            found,
-            supported: SCHEMA_VERSION,
-        },
-    )
-}
-
-/// Takes a `prefix=` query parameter out of the URL (the driver does not know it).
-fn split_prefix(url: &str) -> Result<(String, Option<String>), Error> {
-    let Some((base, query)) = url.split_once('?') else {
-        return Ok((url.to_owned(), None));
-    };
-    let mut prefix = None;
-    let mut rest = Vec::new();
-    for pair in query.split('&').filter(|p| !p.is_empty()) {
-        match pair.split_once('=') {
-            Some(("prefix", value)) => prefix = Some(percent_decode(value)?),
-            _ => rest.push(pair),
-        }
-    }
-    let driver_url = if rest.is_empty() {
-        base.to_owned()
-    } else {
-        format!("{base}?{}", rest.join("&"))
-    };
-    Ok((driver_url, prefix))
-}
-
-fn percent_decode(s: &str) -> Result<String, Error> {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = s
-                .get(i + 1..i + 3)
-                .and_then(|h| u8::from_str_radix(h, 16).ok())
-                .ok_or_else(|| {
-                    Error::config(format!("{s:?} is not a valid percent-encoded prefix"))
-                })?;
-            out.push(hex);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).map_err(|_| Error::config(format!("the prefix {s:?} is not UTF-8")))
-}
-
-// ---- key names --------------------------------------------------------------------------
-
-fn escape_into(out: &mut String, part: &str, colon: bool) {
-    let special = |c: char| matches!(c, '%' | '{' | '}') || (colon && c == ':');
-    if !part.contains(special) {
-        out.push_str(part);
-        return;
-    }
-    for c in part.chars() {
-        match c {
-            '%' => out.push_str("%25"),
-            '{' => out.push_str("%7B"),
-            '}' => out.push_str("%7D"),
-            ':' if colon => out.push_str("%3A"),
-            c => out.push(c),
-        }
-    }
-}
-
-fn unescape(part: &str) -> Option<String> {
-    let mut out = String::with_capacity(part.len());
-    let mut rest = part;
-    while let Some(i) = rest.find('%') {
-        out.push_str(&rest[..i]);
-        let c = match rest.get(i + 1..i + 3)? {
-            "25" => '%',
-            "7B" => '{',
-            "7D" => '}',
-            "3A" => ':',
-            _ => return None,
-        };
-        out.push(c);
-        rest = &rest[i + 3..];
-    }
-    out.push_str(rest);
-    Some(out)
-}
-
-fn record_key(prefix: &str, key: &Key) -> String {
-    let mut out = String::with_capacity(prefix.len() + key.scope().len() + key.id().len() + 3);
-    out.push_str(prefix);
-    out.push('{');
-    escape_into(&mut out, key.scope(), true);
-    out.push(':');
-    escape_into(&mut out, key.id(), false);
-    out.push('}');
-    out
-}
-
-fn parse_record_key(prefix: &str, name: &str) -> Option<Key> {
-    let tag = name
-        .strip_prefix(prefix)?
-        .strip_prefix('{')?
-        .strip_suffix('}')?;
-    let (scope, id) = tag.split_once(':')?;
-    Some(Key::from_parts(unescape(scope)?, unescape(id)?))
-}
-
-/// `SCAN MATCH` pattern of every record under `prefix`.
-fn scan_pattern(prefix: &str) -> String {
-    let mut out = String::with_capacity(prefix.len() + 4);
-    for c in prefix.chars() {
-        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
-            out.push('\\');
-        }
-        out.push(c);
-    }
-    out.push_str("{*}");
-    out
-}
-
-// ---- replies ----------------------------------------------------------------------------
-
-fn bytes(v: &Value) -> Option<&[u8]> {
-    match v {
-        Value::BulkString(b) => Some(b),
-        Value::SimpleString(s) => Some(s.as_bytes()),
-        Value::VerbatimString { text, .. } => Some(text.as_bytes()),
-        _ => None,
-    }
-}
-
-fn text(v: &Value) -> Option<&str> {
-    bytes(v).and_then(|b| std::str::from_utf8(b).ok())
-}
-
-fn number(v: &Value) -> Option<u64> {
-    match v {
-        Value::Int(i) => u64::try_from(*i).ok(),
-        _ => text(v)?.parse().ok(),
-    }
-}
-
-fn items(v: &Value) -> &[Value] {
-    match v {
-        Value::Array(items) | Value::Set(items) => items,
-        _ => &[],
-    }
-}
-
-fn unexpected(key: &Key, what: &str, reply: &Value) -> Error {
-    Error::store_msg(
-        Some(key),
-        format!("{what}: Redis answered {reply:?}, which is not a reply of rerun's script"),
-    )
-}
-
-fn parse_version(key: &Key, found: Option<&str>) -> Error {
-    let found = found
-        .and_then(|f| f.parse::<u64>().ok())
-        .map(|f| u32::try_from(f).unwrap_or(u32::MAX))
-        .unwrap_or(u32::MAX);
-    newer(key, found)
-}
-
-fn parse_claim(req: &ClaimRequest<'_>, reply: &Value) -> Result<ClaimResponse, Error> {
-    let key = req.key;
-    let parts = items(reply);
-    let bad = || unexpected(key, "claiming", reply);
-    let tag = parts.first().and_then(text).ok_or_else(bad)?;
-    let fence = || parts.get(1).and_then(number).ok_or_else(bad);
-    match tag {
-        "claimed" => {
-            let abandoned = match parts.get(2) {
-                None => None,
-                Some(v) => Some(Abandoned {
-                    fence: number(v).ok_or_else(bad)?,
-                    holder: parts.get(3).and_then(text).and_then(Holder::decode),
-                    outcome_unknown: parts.get(4).and_then(text) == Some("1"),
-                }),
-            };
-            Ok(ClaimResponse::Claimed(Claim {
-                key: key.clone(),
-                fence: fence()?,
-                holder: req.holder.clone(),
-                once: req.once,
-                abandoned,
-            }))
-        }
-        "replay" => Ok(ClaimResponse::Replay(Replay {
-            fence: fence()?,
-            result: parts.get(2).and_then(bytes).ok_or_else(bad)?.to_vec(),
-        })),
-        "mismatch" => Ok(ClaimResponse::Mismatch),
-        "busy" => {
-            let holder = parts.get(2).and_then(text).unwrap_or("");
-            let holder = Holder::decode(holder).ok_or_else(|| {
-                Error::corrupt(
-                    key,
-                    CorruptKind::Record(format!("malformed holder {holder:?}")),
-                )
-            })?;
-            Ok(ClaimResponse::Busy(Busy {
-                fence: fence()?,
-                holder,
-                lease_remaining: Duration::from_micros(
-                    parts.get(3).and_then(number).ok_or_else(bad)?,
-                ),
-            }))
-        }
-        "version" => Err(parse_version(key, parts.get(1).and_then(text))),
-        "corrupt" => Err(Error::corrupt(
-            key,
-            CorruptKind::Record(parts.get(1).and_then(text).unwrap_or("").to_owned()),
-        )),
-        _ => Err(bad()),
-    }
-}
-
-fn parse_fenced(key: &Key, reply: &Value) -> Result<Fenced, Error> {
-    match text(reply) {
-        Some("ok") => Ok(Fenced::Ok),
-        Some("lost") => Ok(Fenced::Lost),
-        Some(v) if v.starts_with("version:") => {
-            match parse_version(key, v.strip_prefix("version:")) {
-                Error::Corrupt {
-                    kind: CorruptKind::UnknownVersion { found, .. },
-                    ..
-                } => Ok(Fenced::Version(found)),
-                other => Err(other),
-            }
-        }
-        _ => Err(unexpected(key, "updating the record", reply)),
-    }
-}
-
-/// Builds a view from `inspect.lua`'s reply; `None` for no record (or a tombstone).
-fn parse_view(key: &Key, record: &str, reply: &Value) -> Result<Option<RecordView>, Error> {
-    let parts = items(reply);
-    let bad = || unexpected(key, "reading the record", reply);
-    let now = parts.first().and_then(number).ok_or_else(bad)?;
-    match parts.get(1).and_then(text) {
-        Some("none") => return Ok(None),
-        Some("hash") => {}
-        Some(other) => {
-            return Err(Error::corrupt(
-                key,
-                CorruptKind::Record(format!(
-                    "the Redis key {record} holds a {other}, not rerun's hash"
-                )),
-            ))
-        }
-        None => return Err(bad()),
-    }
-    // A missing field is nil to a RESP2 client and `false` to a RESP3 one.
-    let field = |i: usize| {
-        parts
-            .get(i + 2)
-            .filter(|v| !matches!(v, Value::Nil | Value::Boolean(false)))
-    };
-    let corrupt = |msg: &str| Error::corrupt(key, CorruptKind::Record(msg.to_owned()));
-    let status = match field(1).and_then(text) {
-        None | Some("forgotten") => return Ok(None),
-        Some(s) => s,
-    };
-    let version = field(0)
-        .and_then(number)
-        .ok_or_else(|| corrupt("the record has no schema version"))?;
-    if version > u64::from(SCHEMA_VERSION) {
-        return Err(newer(key, u32::try_from(version).unwrap_or(u32::MAX)));
-    }
-    let status =
-        Status::parse(status).ok_or_else(|| corrupt(&format!("unknown status {status:?}")))?;
-    let fence: Fence = field(2)
-        .and_then(number)
-        .ok_or_else(|| corrupt("the record has no fence"))?;
-    let fingerprint = field(3)
-        .and_then(bytes)
-        .and_then(Fingerprint::from_slice)
-        .ok_or_else(|| corrupt("the fingerprint is not 32 bytes"))?;
-    let holder = match field(4) {
-        None => None,
-        Some(v) => {
-            let s = text(v).unwrap_or("");
-            Some(Holder::decode(s).ok_or_else(|| corrupt(&format!("malformed holder {s:?}")))?)
-        }
-    };
-    let left = |i: usize| {
-        field(i)
-            .and_then(number)
-            .filter(|until| *until > now)
-            .map(|until| Duration::from_micros(until - now))
-    };
-    let result = field(8).and_then(bytes).map(<[u8]>::to_vec);
-    if status == Status::Completed && result.is_none() {
-        return Err(corrupt("a completed record has no result"));
-    }
-    Ok(Some(RecordView {
-        key: key.clone(),
-        status,
-        fence,
-        fingerprint,
-        holder,
-        once: field(5).and_then(text) == Some("1"),
-        lease_remaining: (status == Status::InProgress).then(|| left(6)).flatten(),
-        expires_in: (status == Status::Completed).then(|| left(7)).flatten(),
-        result: (status == Status::Completed).then_some(result).flatten(),
-    }))
-}
-
 // ---- the traits ---------------------------------------------------------------------------
 
 impl Store for RedisStore {
@@ -982,14 +491,44 @@ impl Store for RedisStore {
         let record = self.claim_key(req)?;
         let holder = req.holder.encode();
         let args = claim_args(req, &holder);
-        let reply = self.sync_script(
-            req.key,
-            "claiming",
-            &self.inner.scripts.claim,
-            &record,
-            &args,
-        )?;
-        parse_claim(req, &reply)
+        let limit = self.inner.response_timeout;
+        let durability = self.inner.once_durability;
+        if !(req.once && durability.is_set()) {
+            let reply = self.sync_script(
+                req.key,
+                "claiming",
+                limit,
+                &self.inner.scripts.claim,
+                &record,
+                &args,
+            )?;
+            return parse_claim(req, &reply);
+        }
+        // The wait must run on the connection that wrote the claim: WAIT and WAITAOF wait for
+        // this client's own writes.
+        let (reply, waited) = self.sync_call(Some(req.key), "claiming", limit, |conn| {
+            let mut invocation = self.inner.scripts.claim.key(&record);
+            for arg in &args {
+                invocation.arg(arg);
+            }
+            let reply: Value = invocation.invoke(conn)?;
+            let claimed = reply::is_claimed(&reply);
+            let waited = if claimed {
+                Some(durability.wait(conn))
+            } else {
+                None
+            };
+            Ok((reply, waited))
+        })?;
+        let response = parse_claim(req, &reply)?;
+        RedisStore::durable_answer(response, waited).or_else(|(claim, e)| {
+            if let Some(claim) = claim {
+                if let Err(e) = self.release(&claim) {
+                    tracing::warn!(key = %claim.key, error = %e, "rerun: could not give back a claim that did not reach its durability; its lease will end it");
+                }
+            }
+            Err(e)
+        })
     }
 
     fn complete(&self, claim: &Claim, result: &[u8], ttl: Duration) -> Result<(), Error> {
@@ -999,6 +538,7 @@ impl Store for RedisStore {
         let reply = self.sync_script(
             &claim.key,
             "recording the result",
+            self.limit(claim.lease),
             &self.inner.scripts.complete,
             &record,
             &[fence, Arg::Bytes(result), ttl],
@@ -1012,6 +552,7 @@ impl Store for RedisStore {
         let reply = self.sync_script(
             &claim.key,
             "releasing the claim",
+            self.limit(claim.lease),
             &self.inner.scripts.release,
             &record,
             &[fence, keep],
@@ -1021,10 +562,12 @@ impl Store for RedisStore {
 
     fn renew(&self, claim: &Claim, lease: Duration) -> Result<(), Error> {
         let record = self.record_key(&claim.key);
+        let limit = self.limit(lease);
         let (fence, lease) = (Arg::Num(claim.fence), Arg::Num(span_us(lease)));
         let reply = self.sync_script(
             &claim.key,
             "renewing the lease",
+            limit,
             &self.inner.scripts.renew,
             &record,
             &[fence, lease],
@@ -1038,6 +581,7 @@ impl Store for RedisStore {
         let reply = self.sync_script(
             &claim.key,
             "marking the outcome unknown",
+            self.limit(claim.lease),
             &self.inner.scripts.mark_unknown,
             &record,
             &[fence],
@@ -1050,6 +594,7 @@ impl Store for RedisStore {
         let reply = self.sync_script(
             key,
             "forgetting the key",
+            self.inner.response_timeout,
             &self.inner.scripts.forget,
             &record,
             &[Arg::Num(FENCE_KEEP_MS)],
@@ -1065,6 +610,7 @@ impl Store for RedisStore {
         let reply = self.sync_script(
             key,
             "reading the record",
+            self.inner.response_timeout,
             &self.inner.scripts.inspect,
             &record,
             &[],
@@ -1085,8 +631,11 @@ impl Store for RedisStore {
         // SCAN may answer a page without matches; go on until there is something to return
         // or the iteration is over.
         loop {
-            let (next, found): (u64, Vec<String>) =
-                self.sync_call(None, "scanning records", |conn| {
+            let (next, found): (u64, Vec<String>) = self.sync_call(
+                None,
+                "scanning records",
+                self.inner.response_timeout,
+                |conn| {
                     redis::cmd("SCAN")
                         .arg(cursor)
                         .arg("MATCH")
@@ -1094,7 +643,8 @@ impl Store for RedisStore {
                         .arg("COUNT")
                         .arg(limit.max(10))
                         .query(conn)
-                })?;
+                },
+            )?;
             names.extend(found);
             cursor = next;
             if cursor == 0 || names.len() >= limit {
@@ -1109,25 +659,30 @@ impl Store for RedisStore {
         let replies: Vec<Value> = if keys.is_empty() {
             Vec::new()
         } else {
-            self.sync_call(None, "scanning records", |conn| {
-                let mut pipe = redis::pipe();
-                for (_, name) in &keys {
-                    pipe.cmd("EVALSHA")
-                        .arg(self.inner.scripts.inspect.get_hash())
-                        .arg(1)
-                        .arg(name);
-                }
-                match pipe.query::<Vec<Value>>(conn) {
-                    Err(e)
-                        if e.kind()
-                            == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
-                    {
-                        self.inner.scripts.inspect.prepare_invoke().load(conn)?;
-                        pipe.query(conn)
+            self.sync_call(
+                None,
+                "scanning records",
+                self.inner.response_timeout,
+                |conn| {
+                    let mut pipe = redis::pipe();
+                    for (_, name) in &keys {
+                        pipe.cmd("EVALSHA")
+                            .arg(self.inner.scripts.inspect.get_hash())
+                            .arg(1)
+                            .arg(name);
                     }
-                    other => other,
-                }
-            })?
+                    match pipe.query::<Vec<Value>>(conn) {
+                        Err(e)
+                            if e.kind()
+                                == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
+                        {
+                            self.inner.scripts.inspect.prepare_invoke().load(conn)?;
+                            pipe.query(conn)
+                        }
+                        other => other,
+                    }
+                },
+            )?
         };
         let mut records = Vec::with_capacity(keys.len());
         for ((key, name), reply) in keys.iter().zip(&replies) {
@@ -1161,16 +716,39 @@ impl AsyncStore for RedisStore {
             let record = self.claim_key(req)?;
             let holder = req.holder.encode();
             let args = claim_args(req, &holder);
-            let reply = self
-                .async_script(
-                    req.key,
-                    "claiming",
-                    &self.inner.scripts.claim,
-                    &record,
-                    &args,
-                )
+            let limit = self.inner.response_timeout;
+            let durability = self.inner.once_durability;
+            if !(req.once && durability.is_set()) {
+                let reply = self
+                    .async_script(
+                        req.key,
+                        "claiming",
+                        limit,
+                        &self.inner.scripts.claim,
+                        &record,
+                        &args,
+                    )
+                    .await?;
+                return parse_claim(req, &reply);
+            }
+            // WAIT blocks the connection it runs on until the replicas answer; on the shared
+            // multiplexed connection that would hold up every other call, so durable `once`
+            // claims take a connection of their own.
+            let (reply, waited) = self
+                .durable_claim(req.key, limit, &record, &args, durability)
                 .await?;
-            parse_claim(req, &reply)
+            let response = parse_claim(req, &reply)?;
+            match RedisStore::durable_answer(response, waited) {
+                Ok(response) => Ok(response),
+                Err((claim, e)) => {
+                    if let Some(claim) = claim {
+                        if let Err(e) = self.release_async(&claim).await {
+                            tracing::warn!(key = %claim.key, error = %e, "rerun: could not give back a claim that did not reach its durability; its lease will end it");
+                        }
+                    }
+                    Err(e)
+                }
+            }
         })
     }
 
@@ -1188,6 +766,7 @@ impl AsyncStore for RedisStore {
                 .async_script(
                     &claim.key,
                     "recording the result",
+                    self.limit(claim.lease),
                     &self.inner.scripts.complete,
                     &record,
                     &[fence, Arg::Bytes(result), ttl],
@@ -1205,6 +784,7 @@ impl AsyncStore for RedisStore {
                 .async_script(
                     &claim.key,
                     "releasing the claim",
+                    self.limit(claim.lease),
                     &self.inner.scripts.release,
                     &record,
                     &[fence, keep],
@@ -1222,6 +802,7 @@ impl AsyncStore for RedisStore {
                 .async_script(
                     &claim.key,
                     "marking the outcome unknown",
+                    self.limit(claim.lease),
                     &self.inner.scripts.mark_unknown,
                     &record,
                     &[fence],
@@ -1291,6 +872,6 @@ mod tests {
     #[test]
     fn spans_are_capped() {
         assert_eq!(span_us(Duration::from_millis(3)), 3000);
-        assert_eq!(span_us(Duration::MAX), MAX_SPAN_US);
+        assert_eq!(span_us(Duration::MAX), scripts::MAX_SPAN_US);
     }
 }

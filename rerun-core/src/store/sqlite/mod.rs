@@ -6,82 +6,41 @@
 //! crash of the process, which is what a replayable function needs); claims of `once` functions
 //! commit with `synchronous=FULL`, so a power loss cannot forget that the body may have started.
 //! Leases and expiry use the host's `CLOCK_BOOTTIME`, shared by all its processes.
+//!
+//! Every call has a deadline: a statement waits for another connection's write lock at most the
+//! store's busy timeout (default 5 s), and a call made for a claim at most a third of its lease
+//! (see [`crate::store::call_deadline`]); then it fails with a retryable [`Error::Store`].
+//!
+//! The file must be on a local filesystem: WAL shares its index through memory mapped by every
+//! process, which a network filesystem (NFS, SMB, 9p, FUSE…) cannot give to processes on two
+//! machines, so the store refuses one unless told otherwise
+//! ([`SqliteOptions::allow_network_filesystem`]).
+//!
+//! The schema and statements are in `sql`, the connection pool (capped, shrinking, fork-aware)
+//! in `pool`.
+
+mod pool;
+mod row;
+mod sql;
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use rusqlite::{params, Connection, OptionalExtension, Row};
+use rusqlite::{params, Connection, OptionalExtension};
 
 use crate::clock::{Clock, HostClock};
-use crate::error::{CorruptKind, Error};
-use crate::fingerprint::Fingerprint;
-use crate::holder::{this_boot, Holder};
+use crate::error::Error;
+use crate::holder::this_boot;
 use crate::key::Key;
 use crate::record::{
     decide, Busy, Claim, ClaimRequest, ClaimResponse, Decision, LocalRecord, RecordView, Replay,
-    Status,
 };
-use crate::store::{async_via_sync, decode_cursor, encode_cursor, ScanPage, Store};
+use crate::store::{async_via_sync, call_deadline, decode_cursor, encode_cursor, ScanPage, Store};
 
-/// The schema version this build writes; a database with a newer one is refused.
-pub const SCHEMA_VERSION: i64 = 1;
-
-const SCHEMA: &str = "
-CREATE TABLE IF NOT EXISTS rerun_meta (
-    name  TEXT PRIMARY KEY,
-    value INTEGER NOT NULL
-) WITHOUT ROWID;
-INSERT OR IGNORE INTO rerun_meta (name, value) VALUES ('schema_version', 1), ('fence', 0);
-CREATE TABLE IF NOT EXISTS rerun_records (
-    scope        TEXT    NOT NULL,
-    id           TEXT    NOT NULL,
-    status       TEXT    NOT NULL,
-    fence        INTEGER NOT NULL,
-    fingerprint  BLOB    NOT NULL,
-    holder       TEXT,
-    once         INTEGER NOT NULL,
-    boot_id      TEXT    NOT NULL,
-    lease_until  INTEGER NOT NULL,
-    expires_mono INTEGER NOT NULL,
-    expires_wall INTEGER NOT NULL,
-    result       BLOB,
-    PRIMARY KEY (scope, id)
-) WITHOUT ROWID;
-";
-
-/// The columns every read selects, in the order `record_of` reads them.
-macro_rules! columns {
-    () => {
-        "status, fence, fingerprint, holder, once, boot_id, lease_until, \
-         expires_mono, expires_wall, result, scope, id"
-    };
-}
-
-/// The read of one record: a constant, so the statement cache is hit without building the text.
-const READ_ONE: &str = concat!(
-    "SELECT ",
-    columns!(),
-    " FROM rerun_records WHERE scope = ?1 AND id = ?2"
-);
-
-/// One page of a scan, in key order.
-const READ_PAGE: &str = concat!(
-    "SELECT ",
-    columns!(),
-    " FROM rerun_records WHERE (scope, id) > (?1, ?2) ORDER BY scope, id LIMIT ?3"
-);
-
-/// How many shards the connection pool has.
-const SHARDS: usize = 8;
-
-/// This thread's pool shard.
-fn this_shard() -> usize {
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    thread_local!(static SHARD: usize = NEXT.fetch_add(1, Ordering::Relaxed) % SHARDS);
-    SHARD.with(|s| *s)
-}
+use pool::{Conn, Pool};
+use row::{record_of, to_sql_ns};
+pub use sql::SCHEMA_VERSION;
 
 /// The embedded store: a SQLite file shared by every process on one host.
 ///
@@ -101,26 +60,42 @@ pub struct SqliteStore {
 }
 
 struct Inner {
+    /// The database file, absolute.
     path: PathBuf,
-    /// Idle connections, in shards picked by thread so concurrent callers rarely share a lock.
-    pool: [Mutex<Vec<Connection>>; SHARDS],
+    pool: Pool,
     clock: Arc<dyn Clock>,
     busy_timeout: Duration,
 }
 
 /// Options for [`SqliteStore::open_with`].
+///
+/// ```
+/// use std::time::Duration;
+/// use rerun_core::store::sqlite::SqliteOptions;
+/// let options = SqliteOptions::new()
+///     .busy_timeout(Duration::from_secs(2))
+///     .max_connections(8);
+/// # let _ = options;
+/// ```
 #[derive(Clone)]
 pub struct SqliteOptions {
     clock: Arc<dyn Clock>,
     busy_timeout: Duration,
+    max_connections: usize,
+    max_idle: usize,
+    allow_network_filesystem: bool,
 }
 
 impl SqliteOptions {
-    /// Defaults: the host clock, a 30 s busy timeout.
+    /// Defaults: the host clock, a 5 s busy timeout, at most 32 connections of which 8 stay
+    /// open when idle, local filesystems only.
     pub fn new() -> SqliteOptions {
         SqliteOptions {
             clock: Arc::new(HostClock),
-            busy_timeout: Duration::from_secs(30),
+            busy_timeout: Duration::from_secs(5),
+            max_connections: 32,
+            max_idle: 8,
+            allow_network_filesystem: false,
         }
     }
     /// Decide leases and expiry on this clock (tests use [`crate::clock::ManualClock`]).
@@ -128,10 +103,27 @@ impl SqliteOptions {
         self.clock = Arc::new(clock);
         self
     }
-    /// How long a statement waits for another process's write lock before failing with a
-    /// retryable [`Error::Store`].
+    /// How long a call waits for another connection's write lock (or for a free connection)
+    /// before failing with a retryable [`Error::Store`]. Calls made for a claim wait at most a
+    /// third of its lease, if that is shorter.
     pub fn busy_timeout(mut self, timeout: Duration) -> Self {
         self.busy_timeout = timeout;
+        self
+    }
+    /// The most connections open at once (default 32); further callers wait for one.
+    pub fn max_connections(mut self, n: usize) -> Self {
+        self.max_connections = n.max(1);
+        self
+    }
+    /// The most connections kept open while idle (default 8); more are closed when handed back.
+    pub fn max_idle(mut self, n: usize) -> Self {
+        self.max_idle = n;
+        self
+    }
+    /// Open a file on a network filesystem anyway. WAL needs memory shared by every process
+    /// using the file, so this is only safe when every such process runs on one machine.
+    pub fn allow_network_filesystem(mut self, allow: bool) -> Self {
+        self.allow_network_filesystem = allow;
         self
     }
 }
@@ -156,11 +148,11 @@ fn retry_busy<T>(
     timeout: Duration,
     mut op: impl FnMut() -> rusqlite::Result<T>,
 ) -> rusqlite::Result<T> {
-    let deadline = std::time::Instant::now() + timeout;
+    let deadline = Instant::now() + timeout;
     let mut pause = Duration::from_millis(1);
     loop {
         match op() {
-            Err(e) if is_busy(&e) && std::time::Instant::now() < deadline => {
+            Err(e) if is_busy(&e) && Instant::now() < deadline => {
                 std::thread::sleep(pause);
                 pause = (pause * 2).min(Duration::from_millis(50));
             }
@@ -169,13 +161,37 @@ fn retry_busy<T>(
     }
 }
 
+/// A driver error as a store error, with its cause in the message, and not retryable when no
+/// retry can fix it (a file we may not open or write, a file that is not a database).
 fn sql_err(key: Option<&Key>, what: &str, e: rusqlite::Error) -> Error {
-    let message = if is_busy(&e) {
-        format!("{what}: the database stayed locked by another writer past the busy timeout")
-    } else {
-        format!("{what}: {e}")
-    };
-    Error::store(key, message, e)
+    use rusqlite::ErrorCode as C;
+    match e.sqlite_error_code() {
+        Some(C::DatabaseBusy | C::DatabaseLocked) => Error::store(
+            key,
+            format!("{what}: the database stayed locked by another connection past the deadline"),
+            e,
+        ),
+        Some(
+            C::CannotOpen
+            | C::PermissionDenied
+            | C::ReadOnly
+            | C::NotADatabase
+            | C::DatabaseCorrupt
+            | C::AuthorizationForStatementDenied,
+        ) => Error::store_permanent(key, what, e),
+        _ => Error::store(key, what, e),
+    }
+}
+
+/// An I/O error on the way to the file, with the absolute path.
+fn io_err(what: String, e: std::io::Error) -> Error {
+    use std::io::ErrorKind as K;
+    match e.kind() {
+        K::PermissionDenied | K::ReadOnlyFilesystem | K::NotADirectory | K::InvalidInput => {
+            Error::store_permanent(None, what, e)
+        }
+        _ => Error::store(None, what, e),
+    }
 }
 
 impl SqliteStore {
@@ -185,29 +201,51 @@ impl SqliteStore {
     }
 
     /// Opens the store at `path` with options.
+    ///
+    /// Fails with a non-retryable [`Error::Store`] naming the absolute path and the cause when
+    /// the folder cannot be created or the file cannot be opened (permission denied, read-only
+    /// filesystem, not a database), and with [`Error::Config`] for a file on a network
+    /// filesystem or of a newer schema.
     pub fn open_with(path: impl AsRef<Path>, options: SqliteOptions) -> Result<SqliteStore, Error> {
-        let path = path.as_ref().to_path_buf();
+        let given = path.as_ref();
+        let path = std::path::absolute(given)
+            .map_err(|e| io_err(format!("resolving the path {}", given.display()), e))?;
         if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
             std::fs::create_dir_all(parent)
-                .map_err(|e| Error::store(None, format!("creating {}", parent.display()), e))?;
+                .map_err(|e| io_err(format!("creating the folder {}", parent.display()), e))?;
+        }
+        if !options.allow_network_filesystem {
+            match crate::lock::network_filesystem_at(&path) {
+                Ok(Some(fs)) => {
+                    return Err(Error::config(format!(
+                        "{} is on a network filesystem ({fs}); SQLite's WAL shares memory between the processes that use the file, which only works on one machine's local disk: put the file on a local disk, use PostgresStore or RedisStore for several machines, or, if every process runs on this machine, set SqliteOptions::allow_network_filesystem(true)",
+                        path.display()
+                    )))
+                }
+                Ok(None) => {}
+                Err(e) => return Err(io_err(format!("checking the filesystem of {}", path.display()), e)),
+            }
         }
         let store = SqliteStore {
             inner: Arc::new(Inner {
                 path,
-                pool: std::array::from_fn(|_| Mutex::new(Vec::new())),
+                pool: Pool::new(options.max_connections, options.max_idle),
                 clock: options.clock,
                 busy_timeout: options.busy_timeout,
             }),
         };
-        let conn = store.connect()?;
-        store.migrate(&conn)?;
-        store.put_back(conn);
+        store.with(None, store.inner.busy_timeout, |conn| store.migrate(conn))?;
         Ok(store)
     }
 
-    /// The database file.
+    /// The database file, absolute.
     pub fn path(&self) -> &Path {
         &self.inner.path
+    }
+
+    /// How many connections are open now (idle or in use).
+    pub fn open_connections(&self) -> usize {
+        self.inner.pool.open_connections()
     }
 
     fn connect(&self) -> Result<Connection, Error> {
@@ -225,71 +263,91 @@ impl SqliteStore {
         Ok(conn)
     }
 
-    /// Creates the schema if missing, in one immediate transaction so that many processes
-    /// opening a new file at once create it exactly once; refuses a newer schema.
+    /// Creates the schema if missing and migrates an older one, in one immediate transaction,
+    /// so that many processes opening a file at once create or migrate it exactly once; refuses
+    /// a newer schema.
     fn migrate(&self, conn: &Connection) -> Result<(), Error> {
-        let what = "creating the rerun schema";
-        retry_busy(self.inner.busy_timeout, || {
-            conn.execute_batch(&format!("BEGIN IMMEDIATE;{SCHEMA}COMMIT;"))
-                .inspect_err(|_| {
-                    let _ = conn.execute_batch("ROLLBACK");
-                })
-        })
-        .map_err(|e| sql_err(None, what, e))?;
-        let version: i64 = conn
-            .query_row(
-                "SELECT value FROM rerun_meta WHERE name = 'schema_version'",
-                [],
-                |r| r.get(0),
-            )
-            .map_err(|e| sql_err(None, what, e))?;
-        if version > SCHEMA_VERSION {
-            return Err(Error::config(format!(
+        let what = format!("creating the rerun schema in {}", self.inner.path.display());
+        let newer = |version: i64| {
+            Error::config(format!(
                 "{} has rerun schema version {version}, newer than this build's {SCHEMA_VERSION}; upgrade rerun",
                 self.inner.path.display()
-            )));
-        }
-        Ok(())
-    }
-
-    fn shard(&self, i: usize) -> std::sync::MutexGuard<'_, Vec<Connection>> {
-        self.inner.pool[i % SHARDS]
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// An idle connection: from this thread's shard, else any other, else a new one.
-    fn take(&self) -> Result<Connection, Error> {
-        let home = this_shard();
-        for i in home..home + SHARDS {
-            if let Some(conn) = self.shard(i).pop() {
-                return Ok(conn);
+            ))
+        };
+        let steps = || -> rusqlite::Result<Result<(), Error>> {
+            conn.execute_batch(&format!("BEGIN IMMEDIATE;{}", sql::SCHEMA))?;
+            let mut version: i64 = conn.query_row(sql::SCHEMA_VERSION_READ, [], |r| r.get(0))?;
+            if version > SCHEMA_VERSION {
+                conn.execute_batch("ROLLBACK")?;
+                return Ok(Err(newer(version)));
             }
-        }
-        self.connect()
+            while version < SCHEMA_VERSION {
+                let Some(step) = usize::try_from(version - 1)
+                    .ok()
+                    .and_then(|i| sql::MIGRATIONS.get(i))
+                else {
+                    conn.execute_batch("ROLLBACK")?;
+                    return Ok(Err(Error::config(format!(
+                        "{} has rerun schema version {version}, which this build cannot migrate",
+                        self.inner.path.display()
+                    ))));
+                };
+                conn.execute_batch(step)?;
+                version += 1;
+            }
+            conn.execute_batch("COMMIT")?;
+            Ok(Ok(()))
+        };
+        retry_busy(self.inner.busy_timeout, || {
+            steps().inspect_err(|_| {
+                if !conn.is_autocommit() {
+                    let _ = conn.execute_batch("ROLLBACK");
+                }
+            })
+        })
+        .map_err(|e| sql_err(None, &what, e))?
     }
 
-    fn put_back(&self, conn: Connection) {
-        if conn.is_autocommit() {
-            self.shard(this_shard()).push(conn);
+    /// Runs `f` on a pooled connection, all of it within `deadline`: the wait for a free
+    /// connection and for other connections' write locks.
+    fn with<T>(
+        &self,
+        key: Option<&Key>,
+        deadline: Duration,
+        f: impl FnOnce(&Connection) -> Result<T, Error>,
+    ) -> Result<T, Error> {
+        let started = Instant::now();
+        let mut conn: Conn = self.inner.pool.take(
+            deadline,
+            || self.connect(),
+            |max, waited| {
+                Error::store_msg(
+                    key,
+                    format!(
+                        "all {max} connections to {} stayed busy for {}; raise SqliteOptions::max_connections or lower the load",
+                        self.inner.path.display(),
+                        crate::error::rounded(waited)
+                    ),
+                )
+            },
+        )?;
+        let left = deadline
+            .saturating_sub(started.elapsed())
+            .max(Duration::from_millis(1));
+        let out = match conn.busy_timeout(left) {
+            Ok(()) => f(&conn.conn),
+            Err(e) => Err(sql_err(key, "setting the busy timeout", e)),
+        };
+        if out.is_err() && !conn.conn.is_autocommit() {
+            let _ = conn.conn.execute_batch("ROLLBACK");
         }
-        // A connection left inside a transaction is dropped (which rolls it back).
-    }
-
-    /// Runs `f` on a pooled connection.
-    fn with<T>(&self, f: impl FnOnce(&Connection) -> Result<T, Error>) -> Result<T, Error> {
-        let conn = self.take()?;
-        let out = f(&conn);
-        if out.is_err() && !conn.is_autocommit() {
-            let _ = conn.execute_batch("ROLLBACK");
-        }
-        self.put_back(conn);
+        self.inner.pool.put_back(conn);
         out
     }
 
     fn read(&self, conn: &Connection, key: &Key) -> Result<Option<LocalRecord>, Error> {
         let mut stmt = conn
-            .prepare_cached(READ_ONE)
+            .prepare_cached(sql::READ_ONE)
             .map_err(|e| sql_err(Some(key), "reading the record", e))?;
         let row = stmt
             .query_row(params![key.scope(), key.id()], |r| Ok(record_of(r)))
@@ -326,16 +384,17 @@ impl SqliteStore {
     fn fenced(
         &self,
         claim: &Claim,
+        deadline: Duration,
         what: &str,
         sql: &str,
         extra: &[&dyn rusqlite::ToSql],
     ) -> Result<(), Error> {
         let key = &claim.key;
-        let changed = self.with(|conn| {
+        let changed = self.with(Some(key), deadline, |conn| {
             let mut stmt = conn
                 .prepare_cached(sql)
                 .map_err(|e| sql_err(Some(key), what, e))?;
-            let fence = claim.fence as i64;
+            let fence = i64::try_from(claim.fence).unwrap_or(i64::MAX);
             let (scope, id) = (key.scope(), key.id());
             let mut args: Vec<&dyn rusqlite::ToSql> = vec![&scope, &id, &fence];
             args.extend_from_slice(extra);
@@ -348,6 +407,11 @@ impl SqliteStore {
             Err(Error::LeaseLost { key: key.clone() })
         }
     }
+
+    /// The deadline of a call made for `claim`.
+    fn claim_deadline(&self, lease: Duration) -> Duration {
+        call_deadline(self.inner.busy_timeout, lease)
+    }
 }
 
 impl std::fmt::Debug for SqliteStore {
@@ -358,68 +422,11 @@ impl std::fmt::Debug for SqliteStore {
     }
 }
 
-/// Reads a row's record columns (0..=9) without allocating for the columns it only inspects.
-fn record_of(r: &Row<'_>) -> Result<LocalRecord, CorruptKind> {
-    use rusqlite::types::ValueRef;
-    let bad = |what: &str| CorruptKind::Record(format!("the {what} column is malformed"));
-    let text = |i: usize, what: &str| match r.get_ref(i) {
-        Ok(ValueRef::Text(t)) => std::str::from_utf8(t).map_err(|_| bad(what)),
-        _ => Err(bad(what)),
-    };
-    let int = |i: usize, what: &str| r.get::<_, i64>(i).map_err(|_| bad(what));
-    let status_text = text(0, "status")?;
-    let status = Status::parse(status_text)
-        .ok_or_else(|| CorruptKind::Record(format!("unknown status {status_text:?}")))?;
-    let fingerprint = match r.get_ref(2) {
-        Ok(ValueRef::Blob(b)) => Fingerprint::from_slice(b),
-        _ => None,
-    }
-    .ok_or_else(|| CorruptKind::Record("the fingerprint is not 32 bytes".into()))?;
-    let holder = match r.get_ref(3) {
-        Ok(ValueRef::Null) => None,
-        Ok(ValueRef::Text(t)) => Some(
-            std::str::from_utf8(t)
-                .ok()
-                .and_then(Holder::decode)
-                .ok_or_else(|| bad("holder"))?,
-        ),
-        _ => return Err(bad("holder")),
-    };
-    let boot = text(5, "boot_id")?;
-    let boot_id = if boot == this_boot() {
-        std::borrow::Cow::Borrowed(this_boot())
-    } else {
-        std::borrow::Cow::Owned(boot.to_owned())
-    };
-    let result = match r.get_ref(9) {
-        Ok(ValueRef::Null) => None,
-        Ok(ValueRef::Blob(b)) => Some(b.to_vec()),
-        _ => return Err(bad("result")),
-    };
-    if status == Status::Completed && result.is_none() {
-        return Err(CorruptKind::Record(
-            "a completed record has no result".into(),
-        ));
-    }
-    Ok(LocalRecord {
-        status,
-        fence: int(1, "fence")? as u64,
-        fingerprint,
-        holder,
-        once: int(4, "once")? != 0,
-        boot_id,
-        lease_until_ns: int(6, "lease_until")? as u64,
-        expires_mono_ns: int(7, "expires_mono")? as u64,
-        expires_wall_ms: int(8, "expires_wall")?,
-        result,
-    })
-}
-
 impl Store for SqliteStore {
     fn claim(&self, req: &ClaimRequest<'_>) -> Result<ClaimResponse, Error> {
         let key = req.key;
         let boot = this_boot();
-        self.with(|conn| {
+        self.with(Some(key), self.inner.busy_timeout, |conn| {
             // Optimistic read first: a replay, a mismatch or a live holder needs no write lock.
             let mut current = self.read(conn, key)?;
             let now = self.inner.clock.now();
@@ -448,39 +455,36 @@ impl Store for SqliteStore {
                     return Err(Error::store_msg(Some(key), "inconsistent claim decision"));
                 };
                 let fence: i64 = conn
-                    .prepare_cached(
-                        "UPDATE rerun_meta SET value = value + 1 WHERE name = 'fence' RETURNING value",
-                    )
+                    .prepare_cached(sql::NEXT_FENCE)
                     .and_then(|mut s| s.query_row([], |r| r.get(0)))
                     .map_err(|e| sql_err(Some(key), "drawing a fence", e))?;
-                let rec = LocalRecord::claimed(req, fence as u64, now);
-                conn.prepare_cached(
-                    "INSERT OR REPLACE INTO rerun_records (scope, id, status, fence, fingerprint, \
-                     holder, once, boot_id, lease_until, expires_mono, expires_wall, result) \
-                     VALUES (?1, ?2, 'in_progress', ?3, ?4, ?5, ?6, ?7, ?8, 0, 0, NULL)",
-                )
-                .and_then(|mut s| {
-                    s.execute(params![
-                        key.scope(),
-                        key.id(),
-                        fence,
-                        &rec.fingerprint.0[..],
-                        req.holder.encode(),
-                        req.once,
-                        &*rec.boot_id,
-                        rec.lease_until_ns as i64,
-                    ])
-                })
-                .map_err(|e| sql_err(Some(key), "claiming", e))?;
+                let fence = u64::try_from(fence).map_err(|_| {
+                    Error::corrupt(
+                        key,
+                        crate::error::CorruptKind::Record(format!("the fence counter is {fence}")),
+                    )
+                })?;
+                let rec = LocalRecord::claimed(req, fence, now);
+                conn.prepare_cached(sql::CLAIM)
+                    .and_then(|mut s| {
+                        s.execute(params![
+                            key.scope(),
+                            key.id(),
+                            to_sql_ns(fence),
+                            &rec.fingerprint.0[..],
+                            req.holder.encode(),
+                            req.once,
+                            &*rec.boot_id,
+                            to_sql_ns(rec.lease_until_ns),
+                            rec.lease_until_wall_ms,
+                        ])
+                    })
+                    .map_err(|e| sql_err(Some(key), "claiming", e))?;
                 conn.execute_batch("COMMIT")
                     .map_err(|e| sql_err(Some(key), "committing the claim", e))?;
-                Ok(ClaimResponse::Claimed(Claim {
-                    key: key.clone(),
-                    fence: fence as u64,
-                    holder: req.holder.clone(),
-                    once: req.once,
-                    abandoned,
-                }))
+                Ok(ClaimResponse::Claimed(Claim::granted(
+                    req, fence, abandoned,
+                )))
             })();
             if req.once {
                 if !conn.is_autocommit() {
@@ -496,14 +500,13 @@ impl Store for SqliteStore {
     fn complete(&self, claim: &Claim, result: &[u8], ttl: Duration) -> Result<(), Error> {
         let now = self.inner.clock.now();
         let boot: &str = this_boot();
-        let exp_mono = now.mono_ns.saturating_add(crate::clock::nanos(ttl)) as i64;
+        let exp_mono = to_sql_ns(now.mono_ns.saturating_add(crate::clock::nanos(ttl)));
         let exp_wall = now.wall_ms.saturating_add(crate::clock::millis(ttl));
         self.fenced(
             claim,
+            self.claim_deadline(claim.lease),
             "recording the result",
-            "UPDATE rerun_records SET status = 'completed', holder = NULL, boot_id = ?4, \
-             expires_mono = ?5, expires_wall = ?6, result = ?7 \
-             WHERE scope = ?1 AND id = ?2 AND fence = ?3 AND status = 'in_progress'",
+            sql::COMPLETE,
             &[&boot, &exp_mono, &exp_wall, &result],
         )
     }
@@ -511,9 +514,9 @@ impl Store for SqliteStore {
     fn release(&self, claim: &Claim) -> Result<(), Error> {
         self.fenced(
             claim,
+            self.claim_deadline(claim.lease),
             "releasing the claim",
-            "UPDATE rerun_records SET status = 'released', holder = NULL \
-             WHERE scope = ?1 AND id = ?2 AND fence = ?3 AND status = 'in_progress'",
+            sql::RELEASE,
             &[],
         )
     }
@@ -521,31 +524,30 @@ impl Store for SqliteStore {
     fn renew(&self, claim: &Claim, lease: Duration) -> Result<(), Error> {
         let now = self.inner.clock.now();
         let boot: &str = this_boot();
-        let until = now.mono_ns.saturating_add(crate::clock::nanos(lease)) as i64;
+        let until = to_sql_ns(now.mono_ns.saturating_add(crate::clock::nanos(lease)));
+        let until_wall = now.wall_ms.saturating_add(crate::clock::millis(lease));
         self.fenced(
             claim,
+            self.claim_deadline(lease),
             "renewing the lease",
-            "UPDATE rerun_records SET boot_id = ?4, lease_until = ?5 \
-             WHERE scope = ?1 AND id = ?2 AND fence = ?3 AND status = 'in_progress'",
-            &[&boot, &until],
+            sql::RENEW,
+            &[&boot, &until, &until_wall],
         )
     }
 
     fn mark_unknown(&self, claim: &Claim) -> Result<(), Error> {
         self.fenced(
             claim,
+            self.claim_deadline(claim.lease),
             "marking the outcome unknown",
-            "UPDATE rerun_records SET status = 'unknown' \
-             WHERE scope = ?1 AND id = ?2 AND fence = ?3 AND status = 'in_progress'",
+            sql::MARK_UNKNOWN,
             &[],
         )
     }
 
     fn forget(&self, key: &Key) -> Result<bool, Error> {
-        // Fences come from the rerun_meta counter, so deleting the row cannot make a later
-        // token repeat an earlier one.
-        self.with(|conn| {
-            conn.prepare_cached("DELETE FROM rerun_records WHERE scope = ?1 AND id = ?2")
+        self.with(Some(key), self.inner.busy_timeout, |conn| {
+            conn.prepare_cached(sql::FORGET)
                 .and_then(|mut s| s.execute(params![key.scope(), key.id()]))
                 .map(|n| n > 0)
                 .map_err(|e| sql_err(Some(key), "forgetting the key", e))
@@ -553,7 +555,7 @@ impl Store for SqliteStore {
     }
 
     fn inspect(&self, key: &Key) -> Result<Option<RecordView>, Error> {
-        self.with(|conn| {
+        self.with(Some(key), self.inner.busy_timeout, |conn| {
             let rec = self.read(conn, key)?;
             let now = self.inner.clock.now();
             Ok(rec.map(|r| r.view(key, now, this_boot())))
@@ -563,19 +565,22 @@ impl Store for SqliteStore {
     fn scan(&self, cursor: Option<&str>, limit: usize) -> Result<ScanPage, Error> {
         let after = cursor.map(decode_cursor).transpose()?;
         let limit = limit.max(1);
-        self.with(|conn| {
+        self.with(None, self.inner.busy_timeout, |conn| {
             let (scope, id) = after
                 .as_ref()
                 .map(|k| (k.scope(), k.id()))
                 .unwrap_or(("", ""));
             let mut stmt = conn
-                .prepare_cached(READ_PAGE)
+                .prepare_cached(sql::READ_PAGE)
                 .map_err(|e| sql_err(None, "scanning records", e))?;
             let rows = stmt
-                .query_map(params![scope, id, limit as i64], |r| {
-                    let key = Key::from_parts(r.get::<_, String>(10)?, r.get::<_, String>(11)?);
-                    Ok((record_of(r), key))
-                })
+                .query_map(
+                    params![scope, id, i64::try_from(limit).unwrap_or(i64::MAX)],
+                    |r| {
+                        let key = Key::from_parts(r.get::<_, String>(10)?, r.get::<_, String>(11)?);
+                        Ok((record_of(r), key))
+                    },
+                )
                 .map_err(|e| sql_err(None, "scanning records", e))?;
             let now = self.inner.clock.now();
             let mut out = Vec::new();
@@ -594,18 +599,18 @@ impl Store for SqliteStore {
     fn purge_expired(&self, limit: usize) -> Result<u64, Error> {
         let now = self.inner.clock.now();
         let boot: &str = this_boot();
-        self.with(|conn| {
-            conn.prepare_cached(
-                "DELETE FROM rerun_records WHERE (scope, id) IN (
-                    SELECT scope, id FROM rerun_records WHERE status = 'completed' AND (
-                        (boot_id = ?1 AND expires_mono <= ?2) OR (boot_id <> ?1 AND expires_wall <= ?3))
-                    LIMIT ?4)",
-            )
-            .and_then(|mut s| {
-                s.execute(params![boot, now.mono_ns as i64, now.wall_ms, limit as i64])
-            })
-            .map(|n| n as u64)
-            .map_err(|e| sql_err(None, "purging expired records", e))
+        self.with(None, self.inner.busy_timeout, |conn| {
+            conn.prepare_cached(sql::PURGE)
+                .and_then(|mut s| {
+                    s.execute(params![
+                        boot,
+                        to_sql_ns(now.mono_ns),
+                        now.wall_ms,
+                        i64::try_from(limit).unwrap_or(i64::MAX)
+                    ])
+                })
+                .map(|n| n as u64)
+                .map_err(|e| sql_err(None, "purging expired records", e))
         })
     }
 

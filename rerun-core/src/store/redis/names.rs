@@ -1,0 +1,117 @@
+//! Redis key names of records: `PREFIX{SCOPE:ID}`, escaped so that no two keys share a name,
+//! and the key prefix a URL may carry.
+
+use crate::error::Error;
+use crate::key::Key;
+
+/// Takes a `prefix=` query parameter out of the URL (the driver does not know it).
+pub(super) fn split_prefix(url: &str) -> Result<(String, Option<String>), Error> {
+    let Some((base, query)) = url.split_once('?') else {
+        return Ok((url.to_owned(), None));
+    };
+    let mut prefix = None;
+    let mut rest = Vec::new();
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        match pair.split_once('=') {
+            Some(("prefix", value)) => prefix = Some(percent_decode(value)?),
+            _ => rest.push(pair),
+        }
+    }
+    let driver_url = if rest.is_empty() {
+        base.to_owned()
+    } else {
+        format!("{base}?{}", rest.join("&"))
+    };
+    Ok((driver_url, prefix))
+}
+
+fn percent_decode(s: &str) -> Result<String, Error> {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = s
+                .get(i + 1..i + 3)
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+                .ok_or_else(|| {
+                    Error::config(format!("{s:?} is not a valid percent-encoded prefix"))
+                })?;
+            out.push(hex);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).map_err(|_| Error::config(format!("the prefix {s:?} is not UTF-8")))
+}
+
+fn escape_into(out: &mut String, part: &str, colon: bool) {
+    let special = |c: char| matches!(c, '%' | '{' | '}') || (colon && c == ':');
+    if !part.contains(special) {
+        out.push_str(part);
+        return;
+    }
+    for c in part.chars() {
+        match c {
+            '%' => out.push_str("%25"),
+            '{' => out.push_str("%7B"),
+            '}' => out.push_str("%7D"),
+            ':' if colon => out.push_str("%3A"),
+            c => out.push(c),
+        }
+    }
+}
+
+fn unescape(part: &str) -> Option<String> {
+    let mut out = String::with_capacity(part.len());
+    let mut rest = part;
+    while let Some(i) = rest.find('%') {
+        out.push_str(&rest[..i]);
+        let c = match rest.get(i + 1..i + 3)? {
+            "25" => '%',
+            "7B" => '{',
+            "7D" => '}',
+            "3A" => ':',
+            _ => return None,
+        };
+        out.push(c);
+        rest = &rest[i + 3..];
+    }
+    out.push_str(rest);
+    Some(out)
+}
+
+pub(super) fn record_key(prefix: &str, key: &Key) -> String {
+    let mut out = String::with_capacity(prefix.len() + key.scope().len() + key.id().len() + 3);
+    out.push_str(prefix);
+    out.push('{');
+    escape_into(&mut out, key.scope(), true);
+    out.push(':');
+    escape_into(&mut out, key.id(), false);
+    out.push('}');
+    out
+}
+
+pub(super) fn parse_record_key(prefix: &str, name: &str) -> Option<Key> {
+    let tag = name
+        .strip_prefix(prefix)?
+        .strip_prefix('{')?
+        .strip_suffix('}')?;
+    let (scope, id) = tag.split_once(':')?;
+    Some(Key::from_parts(unescape(scope)?, unescape(id)?))
+}
+
+/// `SCAN MATCH` pattern of every record under `prefix`.
+pub(super) fn scan_pattern(prefix: &str) -> String {
+    let mut out = String::with_capacity(prefix.len() + 4);
+    for c in prefix.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out.push_str("{*}");
+    out
+}

@@ -1,0 +1,209 @@
+//! The connection pool of a [`super::SqliteStore`]: capped, shrinking, fork-aware.
+//!
+//! - **Capped**: at most `max_connections` connections exist at once; a caller that finds none
+//!   free waits (up to its deadline) for one to come back, instead of opening the thousandth
+//!   file descriptor.
+//! - **Shrinking**: a connection handed back while more than `max_idle` are idle is closed, so a
+//!   burst leaves at most `max_idle` behind.
+//! - **Sharded**: idle connections sit in a few lists picked by thread, so concurrent callers
+//!   rarely meet on one lock.
+//! - **Fork-aware**: every connection is tagged with the process generation that opened it. A
+//!   forked child never uses (nor closes) a connection of its parent's: SQLite connections must
+//!   not cross a `fork()`. It leaves them alone and opens its own.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use rusqlite::Connection;
+
+use crate::error::Error;
+
+/// How many shards the idle lists have.
+const SHARDS: usize = 8;
+
+/// This thread's shard.
+fn this_shard() -> usize {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    thread_local!(static SHARD: usize = NEXT.fetch_add(1, Ordering::Relaxed) % SHARDS);
+    SHARD.with(|s| *s)
+}
+
+fn generation() -> u64 {
+    crate::process::current().forks
+}
+
+/// A pooled connection and the busy timeout it is set to.
+pub(super) struct Conn {
+    pub(super) conn: Connection,
+    busy: Duration,
+    generation: u64,
+}
+
+impl Conn {
+    /// Sets how long statements wait for another writer's lock, if it differs.
+    pub(super) fn busy_timeout(&mut self, timeout: Duration) -> rusqlite::Result<()> {
+        if self.busy != timeout {
+            self.conn.busy_timeout(timeout)?;
+            self.busy = timeout;
+        }
+        Ok(())
+    }
+}
+
+struct Counts {
+    /// The generation these counts are of.
+    generation: u64,
+    /// Connections that exist (idle or in use).
+    open: usize,
+}
+
+pub(super) struct Pool {
+    shards: [Mutex<Vec<Conn>>; SHARDS],
+    counts: Mutex<Counts>,
+    returned: Condvar,
+    idle: AtomicUsize,
+    waiting: AtomicUsize,
+    max_open: usize,
+    max_idle: usize,
+}
+
+impl Pool {
+    pub(super) fn new(max_open: usize, max_idle: usize) -> Pool {
+        Pool {
+            shards: std::array::from_fn(|_| Mutex::new(Vec::new())),
+            counts: Mutex::new(Counts {
+                generation: generation(),
+                open: 0,
+            }),
+            returned: Condvar::new(),
+            idle: AtomicUsize::new(0),
+            waiting: AtomicUsize::new(0),
+            max_open: max_open.max(1),
+            max_idle: max_idle.min(max_open.max(1)),
+        }
+    }
+
+    fn shard(&self, i: usize) -> MutexGuard<'_, Vec<Conn>> {
+        self.shards[i % SHARDS]
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn counts(&self) -> MutexGuard<'_, Counts> {
+        let mut counts = self.counts.lock().unwrap_or_else(|p| p.into_inner());
+        let now = generation();
+        if counts.generation != now {
+            // A forked child: the parent's connections are not ours to count.
+            counts.generation = now;
+            counts.open = 0;
+        }
+        counts
+    }
+
+    /// An idle connection of this generation, from this thread's shard first.
+    fn pop_idle(&self, now: u64) -> Option<Conn> {
+        let home = this_shard();
+        for i in home..home + SHARDS {
+            let mut shard = self.shard(i);
+            while let Some(conn) = shard.pop() {
+                self.idle.fetch_sub(1, Ordering::Relaxed);
+                if conn.generation == now {
+                    return Some(conn);
+                }
+                // Opened by a parent process before a fork: closing it here could disturb
+                // the parent's session; leave it be.
+                std::mem::forget(conn);
+            }
+        }
+        None
+    }
+
+    /// A connection: an idle one, a new one while fewer than the cap exist, or the next one
+    /// handed back, waiting up to `deadline`.
+    pub(super) fn take(
+        &self,
+        deadline: Duration,
+        open: impl Fn() -> Result<Connection, Error>,
+        exhausted: impl Fn(usize, Duration) -> Error,
+    ) -> Result<Conn, Error> {
+        let started = Instant::now();
+        let now = generation();
+        loop {
+            if let Some(conn) = self.pop_idle(now) {
+                return Ok(conn);
+            }
+            let mut counts = self.counts();
+            if counts.open < self.max_open {
+                counts.open += 1;
+                drop(counts);
+                return match open() {
+                    Ok(conn) => Ok(Conn {
+                        conn,
+                        busy: Duration::MAX,
+                        generation: now,
+                    }),
+                    Err(e) => {
+                        self.closed(now);
+                        Err(e)
+                    }
+                };
+            }
+            let left = deadline.saturating_sub(started.elapsed());
+            if left.is_zero() {
+                return Err(exhausted(self.max_open, deadline));
+            }
+            self.waiting.fetch_add(1, Ordering::SeqCst);
+            // Checked again under the lock: a connection handed back between the pop above
+            // and this wait has notified before we waited.
+            if self.idle.load(Ordering::SeqCst) == 0 {
+                counts = self
+                    .returned
+                    .wait_timeout(counts, left)
+                    .map(|(g, _)| g)
+                    .unwrap_or_else(|p| p.into_inner().0);
+            }
+            self.waiting.fetch_sub(1, Ordering::SeqCst);
+            drop(counts);
+        }
+    }
+
+    /// Hands a connection back; closes it when it is in a transaction, of another generation,
+    /// or one idle connection too many.
+    pub(super) fn put_back(&self, conn: Conn) {
+        let now = generation();
+        if conn.generation != now {
+            std::mem::forget(conn);
+            return;
+        }
+        let keep = conn.conn.is_autocommit()
+            && (self.waiting.load(Ordering::SeqCst) > 0
+                || self.idle.load(Ordering::Relaxed) < self.max_idle);
+        if keep {
+            self.shard(this_shard()).push(conn);
+            self.idle.fetch_add(1, Ordering::SeqCst);
+            if self.waiting.load(Ordering::SeqCst) > 0 {
+                let _counts = self.counts();
+                self.returned.notify_one();
+            }
+        } else {
+            // Dropping a connection left inside a transaction rolls it back.
+            drop(conn);
+            self.closed(now);
+        }
+    }
+
+    /// Counts a connection of generation `of` as closed and wakes a waiter for its slot.
+    fn closed(&self, of: u64) {
+        let mut counts = self.counts();
+        if counts.generation == of {
+            counts.open = counts.open.saturating_sub(1);
+        }
+        self.returned.notify_one();
+    }
+
+    /// Connections that exist now (idle or in use), for tests and diagnostics.
+    pub(super) fn open_connections(&self) -> usize {
+        self.counts().open
+    }
+}

@@ -1,0 +1,113 @@
+//! The schema and statements of [`super::SqliteStore`], and why each is shaped as it is.
+
+/// The schema version this build writes; a database with a newer one is refused, an older one
+/// is migrated when the store opens it (see [`MIGRATIONS`]).
+///
+/// 1. rerun 0.1.
+/// 2. `lease_wall`: the lease end on the wall clock, for readers of another boot id.
+pub const SCHEMA_VERSION: i64 = 2;
+
+/// The statements that take a database from version `n` to `n + 1`, at index `n - 1`. They run
+/// inside the `BEGIN IMMEDIATE` transaction of [`SCHEMA`], so that when many processes open an
+/// old file at once exactly one migrates it and the others find it migrated.
+pub(super) const MIGRATIONS: &[&str] = &[
+    "ALTER TABLE rerun_records ADD COLUMN lease_wall INTEGER NOT NULL DEFAULT 0;
+     UPDATE rerun_meta SET value = 2 WHERE name = 'schema_version';",
+];
+
+/// Created in one `BEGIN IMMEDIATE` transaction, so that many processes opening a new file at
+/// once create it exactly once. `WITHOUT ROWID`: every read is by the primary key, so the
+/// record lives in the key's B-tree and a read is one lookup.
+pub(super) const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS rerun_meta (
+    name  TEXT PRIMARY KEY,
+    value INTEGER NOT NULL
+) WITHOUT ROWID;
+INSERT OR IGNORE INTO rerun_meta (name, value) VALUES ('schema_version', 2), ('fence', 0);
+CREATE TABLE IF NOT EXISTS rerun_records (
+    scope        TEXT    NOT NULL,
+    id           TEXT    NOT NULL,
+    status       TEXT    NOT NULL,
+    fence        INTEGER NOT NULL,
+    fingerprint  BLOB    NOT NULL,
+    holder       TEXT,
+    once         INTEGER NOT NULL,
+    boot_id      TEXT    NOT NULL,
+    lease_until  INTEGER NOT NULL,
+    expires_mono INTEGER NOT NULL,
+    expires_wall INTEGER NOT NULL,
+    result       BLOB,
+    lease_wall   INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (scope, id)
+) WITHOUT ROWID;
+";
+
+/// The schema version, read after the schema is ensured.
+pub(super) const SCHEMA_VERSION_READ: &str =
+    "SELECT value FROM rerun_meta WHERE name = 'schema_version'";
+
+/// The columns every read selects, in the order `row::record_of` reads them.
+macro_rules! columns {
+    () => {
+        "status, fence, fingerprint, holder, once, boot_id, lease_until, \
+         expires_mono, expires_wall, result, scope, id, lease_wall"
+    };
+}
+
+/// The read of one record: a constant, so the statement cache is hit without building the text.
+pub(super) const READ_ONE: &str = concat!(
+    "SELECT ",
+    columns!(),
+    " FROM rerun_records WHERE scope = ?1 AND id = ?2"
+);
+
+/// One page of a scan, in key order.
+pub(super) const READ_PAGE: &str = concat!(
+    "SELECT ",
+    columns!(),
+    " FROM rerun_records WHERE (scope, id) > (?1, ?2) ORDER BY scope, id LIMIT ?3"
+);
+
+/// Draws the next fence from the one store-wide counter, inside the claim's transaction: fences
+/// grow across release, takeover, `forget` and purging, which delete nothing of the counter.
+pub(super) const NEXT_FENCE: &str =
+    "UPDATE rerun_meta SET value = value + 1 WHERE name = 'fence' RETURNING value";
+
+/// Writes a claim. Runs inside `BEGIN IMMEDIATE`, after the record was re-read under the write
+/// lock: two processes cannot both see the key absent and both claim it.
+pub(super) const CLAIM: &str = "INSERT OR REPLACE INTO rerun_records (scope, id, status, fence, \
+     fingerprint, holder, once, boot_id, lease_until, lease_wall, expires_mono, expires_wall, \
+     result) VALUES (?1, ?2, 'in_progress', ?3, ?4, ?5, ?6, ?7, ?8, ?9, 0, 0, NULL)";
+
+// Every fenced statement names the claim's fence and `in_progress` in its WHERE: a zombie whose
+// claim was taken over (or completed, released, forgotten) matches no row, and zero rows is
+// `LeaseLost`.
+
+/// Records a result.
+pub(super) const COMPLETE: &str =
+    "UPDATE rerun_records SET status = 'completed', holder = NULL, boot_id = ?4, \
+     expires_mono = ?5, expires_wall = ?6, result = ?7 \
+     WHERE scope = ?1 AND id = ?2 AND fence = ?3 AND status = 'in_progress'";
+
+/// Gives the key back after a failed attempt.
+pub(super) const RELEASE: &str = "UPDATE rerun_records SET status = 'released', holder = NULL \
+     WHERE scope = ?1 AND id = ?2 AND fence = ?3 AND status = 'in_progress'";
+
+/// Extends a lease.
+pub(super) const RENEW: &str = "UPDATE rerun_records SET boot_id = ?4, lease_until = ?5, \
+     lease_wall = ?6 \
+     WHERE scope = ?1 AND id = ?2 AND fence = ?3 AND status = 'in_progress'";
+
+/// Marks an at-most-once attempt's outcome unknown.
+pub(super) const MARK_UNKNOWN: &str = "UPDATE rerun_records SET status = 'unknown' \
+     WHERE scope = ?1 AND id = ?2 AND fence = ?3 AND status = 'in_progress'";
+
+/// Forgets a key whatever its state; the fence counter keeps later tokens growing.
+pub(super) const FORGET: &str = "DELETE FROM rerun_records WHERE scope = ?1 AND id = ?2";
+
+/// Deletes completed records past their expiry: on the monotonic clock for records of this
+/// boot, on the wall clock for records of an earlier boot (whose monotonic times mean nothing now).
+pub(super) const PURGE: &str = "DELETE FROM rerun_records WHERE (scope, id) IN (
+    SELECT scope, id FROM rerun_records WHERE status = 'completed' AND (
+        (boot_id = ?1 AND expires_mono <= ?2) OR (boot_id <> ?1 AND expires_wall <= ?3))
+    LIMIT ?4)";
