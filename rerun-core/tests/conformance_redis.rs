@@ -2,9 +2,29 @@
 //! at `RERUN_TEST_REDIS_URL` (skipped when unset, a failure with `RERUN_REQUIRE_SERVICES=1`).
 #![cfg(feature = "redis")]
 
-use rerun_core::store::redis::RedisStore;
-use rerun_core::testing::conformance::{self, Factory};
+use std::time::Duration;
+
+use rerun_core::store::redis::{RedisOptions, RedisStore};
+use rerun_core::testing::conformance::{self, Factory, Hang};
+use rerun_core::testing::proxy::Proxy;
 use rerun_core::Error;
+
+/// The operation timeout of the store behind the freezable proxy.
+const HANG_TIMEOUT: Duration = Duration::from_secs(2);
+
+struct Frozen(Proxy);
+
+impl Hang for Frozen {
+    fn freeze(&self) {
+        self.0.freeze();
+    }
+    fn thaw(&self) {
+        self.0.thaw();
+    }
+    fn op_timeout(&self) -> Duration {
+        HANG_TIMEOUT
+    }
+}
 
 /// Each fresh store is its own key prefix in one database; the locator is the URL with the
 /// prefix as its `prefix` query parameter, which `RedisStore::connect` understands.
@@ -25,6 +45,27 @@ impl Factory for Redis {
     }
     fn reopen(&self, locator: &str) -> Result<RedisStore, Error> {
         RedisStore::connect(locator)
+    }
+    fn hanging(&self) -> Option<Result<(RedisStore, Box<dyn Hang>), Error>> {
+        let upstream = self
+            .url
+            .trim_start_matches("redis://")
+            .split(['/', '?'])
+            .next()
+            .unwrap_or("127.0.0.1:6379")
+            .to_owned();
+        let proxy = match Proxy::start(&upstream) {
+            Ok(proxy) => proxy,
+            Err(e) => return Some(Err(Error::store(None, "starting the proxy", e))),
+        };
+        let prefix = format!("{}:", conformance::unique("rerun-conformance-hung"));
+        let store = RedisStore::connect_with(
+            &format!("redis://{}", proxy.addr()),
+            RedisOptions::new()
+                .prefix(prefix)
+                .response_timeout(HANG_TIMEOUT),
+        );
+        Some(store.map(|s| (s, Box::new(Frozen(proxy)) as Box<dyn Hang>)))
     }
 }
 

@@ -1,7 +1,33 @@
 //! The conformance suite on `SqliteStore`, including the multi-process checks.
 
-use rerun_core::testing::conformance::{self, Factory};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use rerun_core::store::sqlite::SqliteOptions;
+use rerun_core::testing::conformance::{self, Factory, Hang};
 use rerun_core::{Error, SqliteStore};
+
+/// How long the hanging store's calls wait for the write lock.
+const HANG_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Holds the file's write lock from another connection while frozen.
+struct WriteLock {
+    conn: Mutex<rusqlite::Connection>,
+}
+
+impl Hang for WriteLock {
+    fn freeze(&self) {
+        let conn = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+        conn.execute_batch("BEGIN IMMEDIATE").expect("taking the write lock");
+    }
+    fn thaw(&self) {
+        let conn = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+        conn.execute_batch("ROLLBACK").expect("giving the write lock back");
+    }
+    fn op_timeout(&self) -> Duration {
+        HANG_TIMEOUT
+    }
+}
 
 struct Sqlite {
     dir: std::path::PathBuf,
@@ -20,6 +46,25 @@ impl Factory for Sqlite {
     }
     fn reopen(&self, locator: &str) -> Result<SqliteStore, Error> {
         SqliteStore::open(locator)
+    }
+    fn hanging(&self) -> Option<Result<(SqliteStore, Box<dyn Hang>), Error>> {
+        let path = self
+            .dir
+            .join(format!("{}.sqlite3", conformance::unique("hung")));
+        let store = match SqliteStore::open_with(
+            &path,
+            SqliteOptions::new().busy_timeout(HANG_TIMEOUT),
+        ) {
+            Ok(store) => store,
+            Err(e) => return Some(Err(e)),
+        };
+        let conn = rusqlite::Connection::open(&path).expect("a second connection");
+        Some(Ok((
+            store,
+            Box::new(WriteLock {
+                conn: Mutex::new(conn),
+            }),
+        )))
     }
 }
 

@@ -328,7 +328,7 @@ fn claim_ran_but_its_reply_was_lost_then_the_lease_heals_it() {
     let proxy = Proxy::start(&url);
     let store = behind(&proxy, &name);
     let key = Key::new("s", "k");
-    let lease = Duration::from_millis(300);
+    let lease = Duration::from_secs(1);
     proxy.swallow_next_reply();
     let r = Call::new("s", "k")
         .lease(lease)

@@ -240,7 +240,7 @@ fn a_stopped_holder_loses_its_claim_to_a_successor() {
         if role == "zombie" {
             let store = open(&url, &prefix);
             let r = Call::new("zombie", "k")
-                .lease(Duration::from_millis(900))
+                .lease(Duration::from_secs(1))
                 .run(&store, || {
                     say("IN_BODY");
                     // The parent stops this process here, past the lease, then lets it go on.
@@ -269,7 +269,7 @@ fn a_stopped_holder_loses_its_claim_to_a_successor() {
     let held = store.inspect(&key).unwrap().expect("the child's claim");
     // Stopped, its keeper cannot renew: the lease runs out on Redis' clock although the
     // process still exists.
-    std::thread::sleep(Duration::from_millis(1500));
+    std::thread::sleep(Duration::from_millis(1600));
     let succ = Call::new("zombie", "k")
         .run(&store, || Ok::<_, Error>("successor".to_owned()))
         .unwrap();

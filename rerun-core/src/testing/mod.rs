@@ -3,6 +3,7 @@
 
 pub mod conformance;
 pub mod harness;
+pub mod proxy;
 
 pub use harness::{
     check_converges, recovery_check, Check, Divergence, Duplicate, Effects, Mode, PointId,

@@ -21,7 +21,7 @@ use crate::runtime::{Call, Reconciled};
 use crate::store::Store;
 
 pub(super) fn run_all<F: Factory>(factory: &F, settings: &Settings, report: &mut Report) {
-    let checks: [(&'static str, Check<F>); 15] = [
+    let checks: [(&'static str, Check<F>); 22] = [
         ("replay", replay),
         ("thread_storm", thread_storm),
         ("thread_storm_wait", thread_storm_wait),
@@ -31,12 +31,19 @@ pub(super) fn run_all<F: Factory>(factory: &F, settings: &Settings, report: &mut
         ("body_fails", body_fails),
         ("live_holder_kept", live_holder_kept),
         ("stale_holder_taken", stale_holder_taken),
+        ("foreign_holder_waits", foreign_holder_waits),
         ("payload_mismatch", payload_mismatch),
         ("corrupt_record", corrupt_record),
         ("unencodable_result", unencodable_result),
         ("expiry", expiry),
         ("once_unknown", once_unknown),
         ("async_calls", async_calls),
+        ("hung_neighbour", super::faults::hung_neighbour),
+        ("panicking_renew", super::faults::panicking_renew),
+        ("hung_store", super::faults::hung_store),
+        ("key_domain", super::faults::key_domain),
+        ("result_domain", super::faults::result_domain),
+        ("large_values", super::faults::large_values),
     ];
     run_checks(factory, settings, report, &checks);
 }
@@ -528,79 +535,14 @@ fn body_fails<F: Factory>(factory: &F, _: &Settings) -> Result<Tally, Error> {
 /// contenders, because its lease is renewed.
 fn live_holder_kept<F: Factory>(factory: &F, _: &Settings) -> Result<Tally, Error> {
     let mut t = Tally::default();
-    let store = Arc::new(factory.fresh()?.0);
-    let scope = scope();
-    let lease = Duration::from_millis(300);
-    let bodies = AtomicU64::new(0);
-    let done = std::sync::atomic::AtomicBool::new(false);
-    let contenders: Vec<Tally> = std::thread::scope(|s| {
-        let holder = s.spawn(|| {
-            let r = Call::new(scope.clone(), "long")
-                .lease(lease)
-                .run(&*store, || {
-                    bodies.fetch_add(1, Ordering::SeqCst);
-                    std::thread::sleep(lease * 3);
-                    Ok::<_, Error>("holder".to_owned())
-                });
-            done.store(true, Ordering::SeqCst);
-            r
-        });
-        std::thread::sleep(Duration::from_millis(30));
-        let handles: Vec<_> = (0..8)
-            .map(|_| {
-                s.spawn(|| {
-                    let mut t = Tally::default();
-                    while !done.load(Ordering::SeqCst) {
-                        t.calls += 1;
-                        match Call::new(scope.clone(), "long")
-                            .lease(lease)
-                            .run(&*store, || {
-                                bodies.fetch_add(1, Ordering::SeqCst);
-                                Ok::<_, Error>("contender".to_owned())
-                            }) {
-                            Ok(o) => {
-                                t.results.insert(o.value);
-                            }
-                            Err(e) => t.error(&e),
-                        }
-                        std::thread::sleep(Duration::from_millis(20));
-                    }
-                    t
-                })
-            })
-            .collect();
-        let mut all: Vec<Tally> = handles.into_iter().filter_map(|h| h.join().ok()).collect();
-        let mut ht = Tally::default();
-        match holder.join() {
-            Ok(Ok(o)) => {
-                ht.results.insert(o.value);
-            }
-            Ok(Err(e)) => ht.violations.push(format!("the live holder failed: {e}")),
-            Err(_) => ht.violations.push("the live holder panicked".into()),
-        }
-        all.push(ht);
-        all
-    });
-    for c in contenders {
-        t.merge(c);
-    }
-    t.bodies = bodies.load(Ordering::SeqCst);
-    t.expect(
-        t.bodies == 1,
-        format!(
-            "the body ran {} times: the live holder was stolen from",
-            t.bodies
-        ),
-    );
-    t.expect(
-        !t.results.contains("contender"),
-        "a contender ran the body".into(),
-    );
+    let (store, _) = factory.fresh()?;
+    let lease = crate::runtime::MIN_LEASE;
+    super::faults::long_body_kept(&store, &scope(), lease, lease * 3, 8, &mut t);
     Ok(t)
 }
 
-/// Reliability 11, identity: a record whose pid is alive but whose start time differs, or
-/// that has our own pid but another boot id, is stale and taken over at once.
+/// Reliability 11, identity: a record of this PID namespace whose pid is alive but whose start
+/// time differs is stale and taken over at once.
 fn stale_holder_taken<F: Factory>(factory: &F, _: &Settings) -> Result<Tally, Error> {
     let mut t = Tally::default();
     let (store, _) = factory.fresh()?;
@@ -609,9 +551,9 @@ fn stale_holder_taken<F: Factory>(factory: &F, _: &Settings) -> Result<Tally, Er
     let mut reused_pid = me.clone();
     reused_pid.pid = 1; // init: alive, but it started at another time than the holder did
     reused_pid.start_time = me.start_time.wrapping_add(12_345);
-    let mut other_boot = me.clone();
-    other_boot.boot_id = "00000000-0000-4000-8000-000000000000".into();
-    for (name, holder) in [("reused-pid", reused_pid), ("other-boot", other_boot)] {
+    let mut own_pid_reused = me.clone();
+    own_pid_reused.start_time = me.start_time.wrapping_add(1);
+    for (name, holder) in [("reused-pid", reused_pid), ("own-pid-reused", own_pid_reused)] {
         let key = Key::new(scope.clone(), name);
         claimed(
             claim_raw(&store, &key, &holder, Duration::from_secs(30), None)?,
@@ -630,6 +572,72 @@ fn stale_holder_taken<F: Factory>(factory: &F, _: &Settings) -> Result<Tally, Er
             Err(e) => t
                 .violations
                 .push(format!("a {name} holder was not taken over: {e}")),
+        }
+    }
+    Ok(t)
+}
+
+/// Contract 6.4: a holder whose process table this process cannot see (another boot id:
+/// another machine, or a faked one; another PID namespace: another container; a record of
+/// rerun 0.1 without a namespace) is never judged dead: it is taken over when its lease ends,
+/// not before.
+fn foreign_holder_waits<F: Factory>(factory: &F, _: &Settings) -> Result<Tally, Error> {
+    let mut t = Tally::default();
+    let (store, _) = factory.fresh()?;
+    let scope = scope();
+    let me = Holder::current();
+    let mut other_boot = me.clone();
+    other_boot.boot_id = "00000000-0000-4000-8000-000000000000".into();
+    let mut other_pid_ns = me.clone();
+    other_pid_ns.pid_ns = me.pid_ns.wrapping_add(1);
+    other_pid_ns.pid = 1;
+    other_pid_ns.start_time = me.start_time.wrapping_add(7);
+    let mut no_namespace = me.clone();
+    no_namespace.pid_ns = 0;
+    no_namespace.start_time = me.start_time.wrapping_add(3);
+    let lease = Duration::from_millis(1500);
+    let holders = [
+        ("other-boot", other_boot),
+        ("other-pid-namespace", other_pid_ns),
+        ("no-namespace", no_namespace),
+    ];
+    for (name, holder) in &holders {
+        let key = Key::new(scope.clone(), *name);
+        claimed(claim_raw(&store, &key, holder, lease, None)?, &mut t, name);
+    }
+    let claimed_at = Instant::now();
+    for (name, _) in &holders {
+        t.calls += 1;
+        match Call::new(scope.clone(), *name).run(&store, || Ok::<_, Error>(name.to_string())) {
+            Err(Error::InProgress { .. }) => {}
+            Ok(_) => {
+                t.bodies += 1;
+                t.violations.push(format!(
+                    "a live {name} holder was taken over before its lease ended"
+                ))
+            }
+            Err(e) => t.error(&e),
+        }
+    }
+    for (name, _) in &holders {
+        t.calls += 1;
+        match Call::new(scope.clone(), *name)
+            .wait(Duration::from_secs(10))
+            .run(&store, || Ok::<_, Error>(name.to_string()))
+        {
+            Ok(o) => {
+                t.bodies += 1;
+                t.results.insert(o.value);
+                let after = claimed_at.elapsed();
+                // The lease was granted before `claimed_at`; allow for the store's clock tick.
+                t.expect(
+                    after + Duration::from_millis(50) >= lease,
+                    format!("the {name} holder was taken over {after:?} after its claim, before its lease of {lease:?} ended"),
+                );
+            }
+            Err(e) => t
+                .violations
+                .push(format!("the {name} holder was not taken over after its lease: {e}")),
         }
     }
     Ok(t)

@@ -31,8 +31,12 @@
 //! `RERUN_CONFORMANCE_SCALE=0.1` to run a tenth of them.
 
 mod checks;
+mod faults;
+mod isolation;
 mod processes;
 mod report;
+mod values;
+mod wrappers;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -57,6 +61,24 @@ pub trait Factory: Send + Sync + 'static {
     fn shared_between_processes(&self) -> bool {
         true
     }
+    /// A fresh store whose backend the suite can make hang, and the switch that does it (a
+    /// SQLite file write-locked by another connection, a TCP proxy that stops forwarding, see
+    /// [`crate::testing::proxy::Proxy`]). `None` (the default) for a store without a backend
+    /// that can hang; the deadline checks are then skipped.
+    fn hanging(&self) -> Option<Result<(Self::Store, Box<dyn Hang>), Error>> {
+        None
+    }
+}
+
+/// Makes a store's backend hang, and recover: see [`Factory::hanging`].
+pub trait Hang: Send + Sync {
+    /// From now on, calls that reach the backend wait (a held write lock, a silent socket).
+    fn freeze(&self);
+    /// Calls get through again.
+    fn thaw(&self);
+    /// The store's own operation timeout (as it was opened with): every call must return
+    /// within it, and calls made for a claim within a third of the claim's lease if sooner.
+    fn op_timeout(&self) -> std::time::Duration;
 }
 
 /// A name unique in this machine's recent history, for files, tables and prefixes.

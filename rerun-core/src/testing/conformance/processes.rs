@@ -29,20 +29,20 @@ pub(super) fn child_role_requested() -> bool {
     std::env::var_os(ROLE).is_some()
 }
 
-fn say(line: &str) {
+pub(super) fn say(line: &str) {
     let mut out = std::io::stdout().lock();
     let _ = writeln!(out, "{LINE}{line}");
     let _ = out.flush();
 }
 
-fn arg(args: &serde_json::Value, name: &str) -> String {
+pub(super) fn arg(args: &serde_json::Value, name: &str) -> String {
     match &args[name] {
         serde_json::Value::String(s) => s.clone(),
         other => other.to_string(),
     }
 }
 
-fn arg_u64(args: &serde_json::Value, name: &str) -> u64 {
+pub(super) fn arg_u64(args: &serde_json::Value, name: &str) -> u64 {
     args[name].as_u64().unwrap_or(0)
 }
 
@@ -62,6 +62,9 @@ pub(super) fn run_child<F: Factory>(factory: &F) -> ! {
         Ok(store) => match role.as_str() {
             "storm" => child_storm(&store, &args),
             "hold" => child_hold(&store, &args),
+            "contend" => super::isolation::child_contend(&store, &args),
+            "judge" => super::isolation::child_judge(&store, &args),
+            "fork_hold" => super::isolation::child_fork_hold(&store, &args),
             other => {
                 say(&format!("unknown role {other}"));
                 2
@@ -127,13 +130,24 @@ fn child_hold<S: Store>(store: &S, args: &serde_json::Value) -> i32 {
 }
 
 /// A child process of this test.
-struct Kid {
-    child: Child,
+pub(super) struct Kid {
+    pub(super) child: Child,
     lines: std::io::Lines<BufReader<ChildStdout>>,
 }
 
 impl Kid {
-    fn spawn(role: &str, locator: &str, args: serde_json::Value) -> Result<Kid, Error> {
+    pub(super) fn spawn(role: &str, locator: &str, args: serde_json::Value) -> Result<Kid, Error> {
+        Kid::spawn_in(&[], role, locator, args)
+    }
+
+    /// Starts the child under `wrapper` (a program and its arguments that end by running the
+    /// command it is given, such as `unshare --pid --fork --`).
+    pub(super) fn spawn_in(
+        wrapper: &[String],
+        role: &str,
+        locator: &str,
+        args: serde_json::Value,
+    ) -> Result<Kid, Error> {
         let test = std::thread::current()
             .name()
             .map(str::to_owned)
@@ -145,7 +159,15 @@ impl Kid {
             })?;
         let exe = std::env::current_exe()
             .map_err(|e| Error::store(None, "finding the test binary", e))?;
-        let mut child = Command::new(exe)
+        let mut command = match wrapper.split_first() {
+            Some((program, rest)) => {
+                let mut c = Command::new(program);
+                c.args(rest).arg(exe);
+                c
+            }
+            None => Command::new(exe),
+        };
+        let mut child = command
             .args([test.as_str(), "--exact", "--nocapture", "--test-threads=1"])
             .env(ROLE, role)
             .env(LOCATOR, locator)
@@ -167,14 +189,14 @@ impl Kid {
 
     /// The next line the child said. libtest's own output is skipped; it may precede ours on
     /// the same line (`test name ... ` is printed without a newline).
-    fn next(&mut self) -> Option<String> {
+    pub(super) fn next(&mut self) -> Option<String> {
         self.lines
             .by_ref()
             .map_while(Result::ok)
             .find_map(|l| l.find(LINE).map(|at| l[at + LINE.len()..].to_owned()))
     }
 
-    fn signal(&self, signal: Signal) {
+    pub(super) fn signal(&self, signal: Signal) {
         if let Ok(pid) = i32::try_from(self.child.id()) {
             let _ = kill(Pid::from_raw(pid), signal);
         }
@@ -189,10 +211,12 @@ impl Drop for Kid {
 }
 
 pub(super) fn run_all<F: Factory>(factory: &F, settings: &Settings, report: &mut Report) {
-    let checks: [(&'static str, Check<F>); 3] = [
+    let checks: [(&'static str, Check<F>); 5] = [
         ("process_storm", process_storm),
         ("dead_holder", dead_holder),
         ("zombie_holder", zombie_holder),
+        ("namespaces", super::isolation::namespaces),
+        ("forked_holder", super::isolation::forked_holder),
     ];
     run_checks(factory, settings, report, &checks);
 }
@@ -273,13 +297,25 @@ fn process_storm<F: Factory>(factory: &F, settings: &Settings) -> Result<Tally, 
 }
 
 /// Starts a holder child on `key` "held" of `scope` and waits until it has claimed.
-fn start_holder(
+pub(super) fn start_holder(
     locator: &str,
     scope: &str,
     go: &std::path::Path,
     lease: Duration,
 ) -> Result<Kid, Error> {
-    let mut kid = Kid::spawn(
+    start_holder_in(&[], locator, scope, go, lease)
+}
+
+/// [`start_holder`] under a wrapper command (see [`Kid::spawn_in`]).
+pub(super) fn start_holder_in(
+    wrapper: &[String],
+    locator: &str,
+    scope: &str,
+    go: &std::path::Path,
+    lease: Duration,
+) -> Result<Kid, Error> {
+    let mut kid = Kid::spawn_in(
+        wrapper,
         "hold",
         locator,
         serde_json::json!({"scope": scope, "go": go.display().to_string(), "lease_ms": lease.as_millis() as u64}),
@@ -344,10 +380,10 @@ fn zombie_holder<F: Factory>(factory: &F, _: &Settings) -> Result<Tally, Error> 
     let (store, locator) = factory.fresh()?;
     let scope = unique("conformance");
     let go = std::env::temp_dir().join(unique("rerun-go"));
-    let lease = Duration::from_millis(600);
+    let lease = crate::runtime::MIN_LEASE;
     let mut kid = start_holder(&locator, &scope, &go, lease)?;
     kid.signal(Signal::SIGSTOP);
-    std::thread::sleep(lease + Duration::from_millis(400));
+    std::thread::sleep(lease + Duration::from_millis(500));
     let bodies = AtomicU64::new(0);
     t.calls += 1;
     match Call::new(scope.clone(), "held")

@@ -108,7 +108,7 @@ pub fn recovery_check<S: Store + ?Sized>(store: &S) -> Result<RecoveryCheck, Str
     expect_count("the second run's releases", second.released, 0);
     expect_count("the second run's unknown marks", second.marked_unknown, 0);
     expect_count("the second run's purges", second.purged, 0);
-    expect_count("live claims seen by the second run", second.live, OTHERS);
+    expect_count("live claims seen by the second run", second.live, 2 * OTHERS);
     expect_count(
         "unknown outcomes seen by the second run",
         second.unknown,
@@ -181,9 +181,14 @@ fn seed<S: Store + ?Sized>(store: &S) -> Result<BTreeMap<Key, Want>, Error> {
     // Our own pid with another start time: a reused pid, provably not the holder.
     let mut reused_pid = Holder::current();
     reused_pid.start_time = reused_pid.start_time.wrapping_add(1);
-    // A holder of an earlier boot of this machine.
-    let mut earlier_boot = Holder::current();
-    earlier_boot.boot_id = "00000000-0000-4000-8000-000000000000".into();
+    // Init's pid with another start time: alive, but not the holder.
+    let mut init_pid_reused = Holder::current();
+    init_pid_reused.pid = 1;
+    init_pid_reused.start_time = init_pid_reused.start_time.wrapping_add(2);
+    // A holder whose process table is not ours to see (another boot id): alive for all we
+    // know, so left alone while its lease runs.
+    let mut foreign = Holder::current();
+    foreign.boot_id = "00000000-0000-4000-8000-000000000000".into();
     let long = Duration::from_secs(300);
 
     let mut want = BTreeMap::new();
@@ -197,7 +202,7 @@ fn seed<S: Store + ?Sized>(store: &S) -> Result<BTreeMap<Key, Want>, Error> {
                 Status::Released,
             ),
             ("lapsed.replayable", &alive, SHORT, false, Status::Released),
-            ("dead.once", &earlier_boot, long, true, Status::Unknown),
+            ("dead.once", &init_pid_reused, long, true, Status::Unknown),
             ("lapsed.once", &alive, SHORT, true, Status::Unknown),
         ];
         for (scope, holder, lease, once, status) in kinds {
@@ -210,6 +215,10 @@ fn seed<S: Store + ?Sized>(store: &S) -> Result<BTreeMap<Key, Want>, Error> {
     for i in 0..OTHERS {
         let key = Key::new("rerun.recovery_check.live", &i);
         let c = claim(store, &key, &alive, long, i % 2 == 0)?;
+        want.insert(key, Want::Untouched(c.fence));
+
+        let key = Key::new("rerun.recovery_check.foreign", &i);
+        let c = claim(store, &key, &foreign, long, i % 2 == 1)?;
         want.insert(key, Want::Untouched(c.fence));
 
         let key = Key::new("rerun.recovery_check.expired", &i);

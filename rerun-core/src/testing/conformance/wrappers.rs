@@ -1,0 +1,118 @@
+//! Stores that misbehave on purpose, wrapped around a real one: for checking that one store's
+//! trouble never spreads to the claims of another.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+use crate::error::Error;
+use crate::key::Key;
+use crate::record::{Claim, ClaimRequest, ClaimResponse, RecordView};
+use crate::store::{ScanPage, Store};
+
+/// Forwards every method except `renew` to `$inner`.
+macro_rules! forward_all_but_renew {
+    ($inner:ident) => {
+        fn claim(&self, req: &ClaimRequest<'_>) -> Result<ClaimResponse, Error> {
+            self.$inner.claim(req)
+        }
+        fn complete(&self, claim: &Claim, result: &[u8], ttl: Duration) -> Result<(), Error> {
+            self.$inner.complete(claim, result, ttl)
+        }
+        fn release(&self, claim: &Claim) -> Result<(), Error> {
+            self.$inner.release(claim)
+        }
+        fn mark_unknown(&self, claim: &Claim) -> Result<(), Error> {
+            self.$inner.mark_unknown(claim)
+        }
+        fn forget(&self, key: &Key) -> Result<bool, Error> {
+            self.$inner.forget(key)
+        }
+        fn inspect(&self, key: &Key) -> Result<Option<RecordView>, Error> {
+            self.$inner.inspect(key)
+        }
+        fn scan(&self, cursor: Option<&str>, limit: usize) -> Result<ScanPage, Error> {
+            self.$inner.scan(cursor, limit)
+        }
+        fn purge_expired(&self, limit: usize) -> Result<u64, Error> {
+            self.$inner.purge_expired(limit)
+        }
+        fn describe(&self) -> String {
+            self.$inner.describe()
+        }
+    };
+}
+
+/// A store whose `renew` hangs, ignoring every deadline, until [`Stalling::release`]: the
+/// worst a store a user wrote can do.
+#[derive(Clone)]
+pub(super) struct Stalling {
+    inner: Arc<dyn Store>,
+    gate: Arc<(Mutex<bool>, Condvar)>,
+}
+
+impl Stalling {
+    pub(super) fn new(inner: Arc<dyn Store>) -> Stalling {
+        Stalling {
+            inner,
+            gate: Arc::new((Mutex::new(false), Condvar::new())),
+        }
+    }
+
+    /// Lets every stalled and later renewal through.
+    pub(super) fn release(&self) {
+        let (open, cv) = &*self.gate;
+        *open.lock().unwrap_or_else(|p| p.into_inner()) = true;
+        cv.notify_all();
+    }
+}
+
+impl Store for Stalling {
+    forward_all_but_renew!(inner);
+    fn renew(&self, claim: &Claim, lease: Duration) -> Result<(), Error> {
+        let (open, cv) = &*self.gate;
+        let mut open = open.lock().unwrap_or_else(|p| p.into_inner());
+        while !*open {
+            open = cv.wait(open).unwrap_or_else(|p| p.into_inner());
+        }
+        drop(open);
+        self.inner.renew(claim, lease)
+    }
+    fn shared(&self) -> Arc<dyn Store> {
+        Arc::new(self.clone())
+    }
+}
+
+/// A store whose first `renew` panics.
+#[derive(Clone)]
+pub(super) struct PanicsOnce {
+    inner: Arc<dyn Store>,
+    armed: Arc<AtomicBool>,
+}
+
+impl PanicsOnce {
+    pub(super) fn new(inner: Arc<dyn Store>) -> PanicsOnce {
+        PanicsOnce {
+            inner,
+            armed: Arc::new(AtomicBool::new(true)),
+        }
+    }
+
+    /// Whether the panic happened.
+    pub(super) fn fired(&self) -> bool {
+        !self.armed.load(Ordering::SeqCst)
+    }
+}
+
+impl Store for PanicsOnce {
+    forward_all_but_renew!(inner);
+    fn renew(&self, claim: &Claim, lease: Duration) -> Result<(), Error> {
+        if self.armed.swap(false, Ordering::SeqCst) {
+            panic!("a store whose renew panics (on purpose, once)");
+        }
+        self.inner.renew(claim, lease)
+    }
+    fn shared(&self) -> Arc<dyn Store> {
+        Arc::new(self.clone())
+    }
+}
