@@ -152,7 +152,7 @@ pub mod __private {
     /// tuple of all of them. The bytes are those of the tuple of references `(&a, &b, …)`, so
     /// the fingerprint equals `Call::payload(&(&a, &b, …))`, the hand-written equivalent.
     pub struct Payload {
-        out: Vec<u8>,
+        tuple: crate::fingerprint::TupleFingerprint,
         failed: Option<String>,
     }
 
@@ -161,16 +161,17 @@ pub mod __private {
         #[inline]
         #[allow(clippy::new_without_default)]
         pub fn new() -> Payload {
-            let mut out = Vec::with_capacity(128);
-            out.push(b'[');
-            Payload { out, failed: None }
+            Payload {
+                tuple: crate::fingerprint::TupleFingerprint::new(),
+                failed: None,
+            }
         }
 
-        /// Adds one argument.
+        /// Adds one argument, streamed into the hasher.
         #[inline]
         pub fn arg<T: PayloadArg + ?Sized>(mut self, value: &T) -> Payload {
             if self.failed.is_none() {
-                if let Err(e) = crate::fingerprint::canonical_encode(value, &mut self.out) {
+                if let Err(e) = self.tuple.element(value) {
                     self.failed = Some(e.0);
                 }
             }
@@ -178,13 +179,9 @@ pub mod __private {
         }
 
         /// The fingerprint, or the `Codec` error of an argument whose `Serialize` failed.
-        pub fn finish(mut self, key: impl FnOnce() -> Key) -> Result<Fingerprint, Error> {
-            use sha2::Digest as _;
+        pub fn finish(self, key: impl FnOnce() -> Key) -> Result<Fingerprint, Error> {
             match self.failed {
-                None => {
-                    self.out.push(b']');
-                    Ok(Fingerprint(sha2::Sha256::digest(&self.out).into()))
-                }
+                None => Ok(self.tuple.finish()),
                 Some(message) => Err(Error::Codec {
                     key: key(),
                     what: "the payload",
