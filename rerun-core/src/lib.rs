@@ -41,6 +41,7 @@ pub mod lock;
 pub mod record;
 mod recover;
 pub mod runtime;
+pub mod scope;
 pub mod store;
 #[cfg(feature = "testing")]
 pub mod testing;
@@ -90,6 +91,7 @@ pub mod __private {
     pub use crate::handler::{AsyncHandle, Handle, Idempotent};
     pub use crate::key::{IntoKey, Key};
     pub use crate::runtime::{Call, Options, Reconciled};
+    pub use crate::scope::DefaultScope;
     pub use crate::store::{AsyncStore, DynStore, Store};
     pub use core;
     pub use serde;

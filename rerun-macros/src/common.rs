@@ -329,6 +329,45 @@ pub fn duration(lit: &LitStr, name: &str) -> Result<Millis, Error> {
     Ok(Millis { ms })
 }
 
+/// The longest scope in bytes, as `rerun_core::scope::MAX_SCOPE_BYTES`.
+pub const MAX_SCOPE_BYTES: usize = 512;
+
+/// What is wrong with a scope, in the words of `rerun_core::scope::validate_scope` (the rule
+/// the runtime applies: 1 to 512 bytes, no control character), or `None`.
+pub fn scope_problem(scope: &str) -> Option<String> {
+    if scope.is_empty() {
+        return Some(
+            "a scope cannot be empty: it names the operation; write `scope = \"billing.charge\"`"
+                .to_owned(),
+        );
+    }
+    if scope.len() > MAX_SCOPE_BYTES {
+        return Some(format!(
+            "a scope is at most {MAX_SCOPE_BYTES} bytes long and this one has {} bytes; name the operation briefly, as in `scope = \"billing.charge\"`",
+            scope.len()
+        ));
+    }
+    let (at, c) = scope.char_indices().find(|(_, c)| c.is_control())?;
+    Some(format!(
+        "a scope cannot contain control characters and this one has `{}` at byte {at}; remove it, as in `scope = \"billing.charge\"`",
+        c.escape_default()
+    ))
+}
+
+/// Checks a literal `scope = "…"` against the runtime's rule, and that it is not blank, with
+/// the error on the literal.
+pub fn check_scope(lit: &LitStr, errors: &mut Errors) {
+    let scope = lit.value();
+    if let Some(problem) = scope_problem(&scope) {
+        errors.spanned(lit, problem);
+    } else if scope.trim().is_empty() {
+        errors.spanned(
+            lit,
+            "`scope` names the operation and cannot be blank; write `scope = \"billing.charge\"`",
+        );
+    }
+}
+
 /// Nests `items` into tuples of at most `max` elements (serde and `IntoKey` implement tuples up
 /// to a fixed length).
 pub fn tuple(items: &[TokenStream], max: usize) -> TokenStream {
@@ -360,4 +399,35 @@ pub fn respan(tokens: TokenStream, span: Span) -> TokenStream {
             t
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The macros and the runtime say the same about a scope.
+    #[test]
+    fn scope_rule_is_the_runtime_rule() {
+        assert_eq!(MAX_SCOPE_BYTES, rerun_core::scope::MAX_SCOPE_BYTES);
+        for scope in [
+            "",
+            " ",
+            "billing.charge",
+            "billing\ncharge",
+            "a\0",
+            "tab\there",
+            "\u{85}",
+            "\u{7f}x",
+            "é",
+            &"a".repeat(512),
+            &"a".repeat(513),
+            &"é".repeat(257),
+        ] {
+            assert_eq!(
+                scope_problem(scope),
+                rerun_core::scope::validate_scope(scope).err(),
+                "{scope:?}"
+            );
+        }
+    }
 }
