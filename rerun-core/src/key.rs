@@ -1,17 +1,25 @@
 //! Dedupe keys: a scope plus a canonical encoding of the key's parts.
 //!
 //! The encoding is written by hand, not derived from `std::hash::Hash`, so the same values give
-//! the same key in every process, build and machine. Every part is tagged with its kind and
-//! length-prefixed where it has a length, so distinct values never encode alike:
+//! the same key in every process, build and machine. Every part starts with a tag that says
+//! where the part ends (a length, a fixed size, or for integers the first non-digit, since no
+//! tag is a digit), so a sequence of parts reads back one way only and distinct values never
+//! encode alike:
 //!
 //! | value | encoding |
 //! |---|---|
-//! | `"ord_1"` (str, String) | `s5:ord_1` |
-//! | `42` (any integer type) | `i42` |
-//! | `true` | `b1` |
+//! | `"ord_1"` (str, String) | `s5:ord_1` (length in bytes, `:`, the text) |
+//! | `42`, `-7` (any integer type) | `i42`, `i-7` |
+//! | `true`, `false` | `b1`, `b0` |
 //! | `'x'` | `c1:x` |
-//! | `[0xAB, 0x01]` (bytes) | `xab01` |
+//! | `[0xAB, 0x01]` (bytes) | `x2:ab01` (length in bytes, `:`, hex) |
+//! | a uuid (feature `uuid`) | `u36:67e55044-10b1-426f-9247-bb680e5fe0c8` |
+//! | [`KeyWriter::tagged`]`('d', "2024-05-01")` | `d10:2024-05-01` |
+//! | [`KeyWriter::tagged`]`('7', "x")` (a reserved or non-letter tag) | `t1:71:x` |
 //! | `("a", 7)` (tuple) | `(s1:ai7)` |
+//!
+//! Integers encode by value: `7u8` and `7i64` are one key. `str`, `String` and `Cow<str>` are
+//! one key for the same text; byte slices, arrays and `Vec<u8>` for the same bytes.
 
 use std::borrow::Cow;
 use std::fmt::{self, Write as _};
@@ -24,6 +32,18 @@ use std::fmt::{self, Write as _};
 /// assert_eq!(key.scope(), "billing.charge");
 /// assert_eq!(key.id(), "(s5:cus_1i42)");
 /// assert_eq!(key, Key::new("billing.charge", &("cus_1", 42u32)));
+/// ```
+///
+/// `Display` and `Debug` are made for logs: control characters are escaped and a scope or id
+/// longer than 200 bytes is cut short with its length, so a key of any size gives a line of
+/// bounded length.
+///
+/// ```
+/// use rerun_core::Key;
+/// assert_eq!(Key::new("mail", "a\nb").to_string(), r"key mail/s3:a\nb");
+/// let big = Key::new("upload", &vec![0u8; 1 << 20]);
+/// assert!(big.to_string().len() < 300);
+/// assert!(big.to_string().ends_with("…(2097161 bytes)"));
 /// ```
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Key {
@@ -63,15 +83,48 @@ impl Key {
     }
 }
 
+/// How many bytes of a scope or an id `Display` and `Debug` show.
+const SHOWN_BYTES: usize = 200;
+
+/// A scope or id as it is shown in logs: control and bidirectional-formatting characters and
+/// `\` escaped, and cut after [`SHOWN_BYTES`] with the full length.
+struct Shown<'a>(&'a str);
+
+impl fmt::Display for Shown<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let text = self.0;
+        let mut shown = 0;
+        for c in text.chars() {
+            if text.len() > SHOWN_BYTES && shown + c.len_utf8() > SHOWN_BYTES {
+                return write!(f, "…({} bytes)", text.len());
+            }
+            shown += c.len_utf8();
+            if c == '\\' {
+                f.write_str("\\\\")?;
+            } else if c.is_control() || is_bidi_control(c) {
+                write!(f, "{}", c.escape_default())?;
+            } else {
+                f.write_char(c)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Characters that reorder the text around them on a terminal, hiding what a line says.
+fn is_bidi_control(c: char) -> bool {
+    matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
 impl fmt::Display for Key {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "key {}/{}", self.scope, self.id)
+        write!(f, "key {}/{}", Shown(&self.scope), Shown(&self.id))
     }
 }
 
 impl fmt::Debug for Key {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Key({}/{})", self.scope, self.id)
+        write!(f, "Key({}/{})", Shown(&self.scope), Shown(&self.id))
     }
 }
 
@@ -80,13 +133,17 @@ pub struct KeyWriter {
     out: String,
 }
 
+/// Tags of the built-in parts (and of the escaped form of [`KeyWriter::tagged`]), which a
+/// `tagged` part cannot use as they are.
+const RESERVED_TAGS: [char; 6] = ['s', 'i', 'b', 'c', 'x', 't'];
+
 impl KeyWriter {
-    /// Writes a string part.
+    /// Writes a string part: `s{len}:{text}`.
     pub fn str(&mut self, s: &str) {
         let _ = write!(self.out, "s{}:", s.len());
         self.out.push_str(s);
     }
-    /// Writes an integer part (every integer type encodes alike for the same value).
+    /// Writes an integer part: `i{decimal}` (every integer type encodes alike for one value).
     pub fn int(&mut self, v: i128) {
         let _ = write!(self.out, "i{v}");
     }
@@ -94,30 +151,55 @@ impl KeyWriter {
     pub fn uint(&mut self, v: u128) {
         let _ = write!(self.out, "i{v}");
     }
-    /// Writes a boolean part.
+    /// Writes a boolean part: `b1` or `b0`.
     pub fn bool(&mut self, v: bool) {
         self.out.push_str(if v { "b1" } else { "b0" });
     }
-    /// Writes a char part.
+    /// Writes a char part: `c{len}:{char}`.
     pub fn char(&mut self, c: char) {
         let _ = write!(self.out, "c{}:{c}", c.len_utf8());
     }
-    /// Writes a byte-string part, hex encoded.
+    /// Writes a byte-string part: `x{len}:{hex}`, with the length in bytes.
     pub fn bytes(&mut self, b: &[u8]) {
-        self.out.push('x');
-        for byte in b {
-            let _ = write!(self.out, "{byte:02x}");
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        let _ = write!(self.out, "x{}:", b.len());
+        self.out.reserve(b.len() * 2);
+        for &byte in b {
+            self.out.push(char::from(HEX[usize::from(byte >> 4)]));
+            self.out.push(char::from(HEX[usize::from(byte & 15)]));
         }
     }
-    /// Writes a tuple of parts: `f` writes the parts in order.
+    /// Writes a tuple of parts: `(`, the parts `f` writes in order, `)`.
     pub fn tuple(&mut self, f: impl FnOnce(&mut KeyWriter)) {
         self.out.push('(');
         f(self);
         self.out.push(')');
     }
-    /// Writes an already tagged, self-delimiting part (for `IntoKey` impls of other crates' types).
+    /// Writes a part of another crate's type as a tag and a text: `{tag}{len}:{body}`.
+    ///
+    /// Give each type its own tag: an ASCII letter other than `s`, `i`, `b`, `c`, `x` and `t`
+    /// (which the built-in parts use), and other than `u` (uuids) unless the body is a uuid.
+    /// Any other tag is still written injectively, in the escaped form
+    /// `t{tag len}:{tag}{len}:{body}`, so no tag can make two values share an encoding.
+    ///
+    /// ```
+    /// use rerun_core::key::{IntoKey, KeyWriter};
+    /// use rerun_core::Key;
+    ///
+    /// struct Day(&'static str);
+    /// impl IntoKey for Day {
+    ///     fn write_key(&self, w: &mut KeyWriter) {
+    ///         w.tagged('d', self.0)
+    ///     }
+    /// }
+    /// assert_eq!(Key::new("s", &Day("2024-05-01")).id(), "d10:2024-05-01");
+    /// ```
     pub fn tagged(&mut self, tag: char, body: &str) {
-        let _ = write!(self.out, "{tag}{}:", body.len());
+        if tag.is_ascii_alphabetic() && !RESERVED_TAGS.contains(&tag) {
+            let _ = write!(self.out, "{tag}{}:", body.len());
+        } else {
+            let _ = write!(self.out, "t{}:{tag}{}:", tag.len_utf8(), body.len());
+        }
         self.out.push_str(body);
     }
 }
@@ -271,12 +353,65 @@ mod tests {
             Key::new("s", &12u8),
             Key::new("s", "s1:a"),
             Key::new("s", "a"),
+            Key::new("s", &Vec::<u8>::new()),
+            Key::new("s", &("",)),
         ];
         for (i, a) in keys.iter().enumerate() {
             for b in &keys[i + 1..] {
                 assert_ne!(a, b);
             }
         }
+    }
+
+    /// Bytes ending in what looks like a bool part used to run into it: `(xab, b1)` and
+    /// `(xabb1)` were one key.
+    #[test]
+    fn bytes_do_not_run_into_the_next_part() {
+        let a = Key::new("s", &(vec![0xabu8], true));
+        let b = Key::new("s", &(vec![0xabu8, 0xb1],));
+        assert_ne!(a, b);
+        assert_eq!(a.id(), "(x1:abb1)");
+        assert_eq!(b.id(), "(x2:abb1)");
+        assert_eq!(Key::new("s", &[0u8; 0]).id(), "x0:");
+    }
+
+    #[test]
+    fn unchanged_encodings_keep_their_records() {
+        assert_eq!(Key::new("s", "ord_1").id(), "s5:ord_1");
+        assert_eq!(Key::new("s", &42u64).id(), "i42");
+        assert_eq!(Key::new("s", &-7i32).id(), "i-7");
+        assert_eq!(Key::new("s", &true).id(), "b1");
+        assert_eq!(Key::new("s", &false).id(), "b0");
+        assert_eq!(Key::new("s", &'x').id(), "c1:x");
+        assert_eq!(Key::new("s", &("a", 7u8)).id(), "(s1:ai7)");
+        assert_eq!(
+            Key::new("s", &(u128::MAX, i128::MIN)).id(),
+            format!("(i{}i{})", u128::MAX, i128::MIN)
+        );
+    }
+
+    #[test]
+    fn tags_outside_the_free_letters_are_escaped() {
+        struct Tagged(char, &'static str);
+        impl IntoKey for Tagged {
+            fn write_key(&self, w: &mut KeyWriter) {
+                w.tagged(self.0, self.1)
+            }
+        }
+        let id = |tag, body| Key::new("s", &Tagged(tag, body)).id().to_owned();
+        assert_eq!(id('d', "2024"), "d4:2024");
+        assert_eq!(id('U', ""), "U0:");
+        assert_eq!(id('u', "ab"), "u2:ab");
+        assert_eq!(id('s', "ab"), "t1:s2:ab");
+        assert_eq!(id('7', "x"), "t1:71:x");
+        assert_eq!(id('é', "x"), "t2:é1:x");
+        // A digit tag after an integer would read as more digits.
+        assert_ne!(
+            Key::new("s", &(1u8, Tagged('2', "x"))),
+            Key::new("s", &(12u8, Tagged('d', "x")))
+        );
+        // A reserved tag does not pass for the built-in part.
+        assert_ne!(Key::new("s", &Tagged('s', "ab")), Key::new("s", "ab"));
     }
 
     #[test]
@@ -294,10 +429,355 @@ mod tests {
             Key::new("s", &&owned),
             Key::new("s", &Box::<str>::from("ord_9"))
         );
+        assert_eq!(Key::new("s", &[1u8, 2]), Key::new("s", &vec![1u8, 2]));
+        assert_eq!(Key::new("s", &[1u8, 2][..]), Key::new("s", &vec![1u8, 2]));
     }
 
     #[test]
     fn scope_separates_keys() {
         assert_ne!(Key::new("a", "x"), Key::new("b", "x"));
+    }
+
+    #[test]
+    fn display_escapes_control_characters() {
+        let key = Key::new("billing\tcharge", "a\nb\0c\u{1b}[31m\u{202e}\\");
+        assert_eq!(
+            key.to_string(),
+            r"key billing\tcharge/s14:a\nb\u{0}c\u{1b}[31m\u{202e}\\"
+        );
+        assert_eq!(
+            format!("{key:?}"),
+            r"Key(billing\tcharge/s14:a\nb\u{0}c\u{1b}[31m\u{202e}\\)"
+        );
+    }
+
+    #[test]
+    fn display_is_bounded() {
+        let key = Key::new("s", &"é".repeat(1 << 19));
+        let shown = key.to_string();
+        assert!(shown.len() < 260, "{} bytes", shown.len());
+        assert!(
+            shown.ends_with(&format!("…({} bytes)", key.id().len())),
+            "{shown}"
+        );
+        assert!(shown.starts_with("key s/s1048576:éé"), "{shown}");
+        let scope: String = "a".repeat(300);
+        let key = Key::from_parts(scope, "i1");
+        assert_eq!(
+            format!("{key:?}"),
+            format!("Key({}…(300 bytes)/i1)", "a".repeat(200))
+        );
+        // Exactly at the limit: shown whole.
+        let key = Key::from_parts("s", "b".repeat(SHOWN_BYTES));
+        assert_eq!(
+            key.to_string(),
+            format!("key s/{}", "b".repeat(SHOWN_BYTES))
+        );
+    }
+
+    mod properties {
+        use super::*;
+        use proptest::prelude::*;
+
+        /// An integer of one of the integer types.
+        #[derive(Debug, Clone)]
+        enum Int {
+            I8(i8),
+            I16(i16),
+            I32(i32),
+            I64(i64),
+            I128(i128),
+            Isize(isize),
+            U8(u8),
+            U16(u16),
+            U32(u32),
+            U64(u64),
+            U128(u128),
+            Usize(usize),
+        }
+
+        impl Int {
+            /// The value: sign and magnitude.
+            fn value(&self) -> (bool, u128) {
+                fn signed(v: i128) -> (bool, u128) {
+                    (v < 0, v.unsigned_abs())
+                }
+                match *self {
+                    Int::I8(v) => signed(v.into()),
+                    Int::I16(v) => signed(v.into()),
+                    Int::I32(v) => signed(v.into()),
+                    Int::I64(v) => signed(v.into()),
+                    Int::I128(v) => signed(v),
+                    Int::Isize(v) => signed(v as i128),
+                    Int::U8(v) => (false, v.into()),
+                    Int::U16(v) => (false, v.into()),
+                    Int::U32(v) => (false, v.into()),
+                    Int::U64(v) => (false, v.into()),
+                    Int::U128(v) => (false, v),
+                    Int::Usize(v) => (false, v as u128),
+                }
+            }
+            fn write(&self, w: &mut KeyWriter) {
+                match self {
+                    Int::I8(v) => v.write_key(w),
+                    Int::I16(v) => v.write_key(w),
+                    Int::I32(v) => v.write_key(w),
+                    Int::I64(v) => v.write_key(w),
+                    Int::I128(v) => v.write_key(w),
+                    Int::Isize(v) => v.write_key(w),
+                    Int::U8(v) => v.write_key(w),
+                    Int::U16(v) => v.write_key(w),
+                    Int::U32(v) => v.write_key(w),
+                    Int::U64(v) => v.write_key(w),
+                    Int::U128(v) => v.write_key(w),
+                    Int::Usize(v) => v.write_key(w),
+                }
+            }
+        }
+
+        /// A key value of any supported shape, written through the real `IntoKey` impls.
+        #[derive(Debug, Clone)]
+        enum Value {
+            Str(String),
+            OwnedString(String),
+            CowStr(String),
+            Int(Int),
+            Bool(bool),
+            Char(char),
+            Bytes(Vec<u8>),
+            ByteArray([u8; 2]),
+            Tagged(char, String),
+            #[cfg_attr(not(feature = "uuid"), allow(dead_code))]
+            Uuid(u128),
+            Tuple(Vec<Value>),
+        }
+
+        /// What a value means: two values are the same key exactly when these are equal.
+        #[derive(Debug, PartialEq, Eq)]
+        enum Meaning {
+            Str(String),
+            Int(bool, u128),
+            Bool(bool),
+            Char(char),
+            Bytes(Vec<u8>),
+            Tagged(char, String),
+            Tuple(Vec<Meaning>),
+        }
+
+        impl Value {
+            fn meaning(&self) -> Meaning {
+                match self {
+                    Value::Str(s) | Value::OwnedString(s) | Value::CowStr(s) => {
+                        Meaning::Str(s.clone())
+                    }
+                    Value::Int(i) => {
+                        let (negative, magnitude) = i.value();
+                        Meaning::Int(negative && magnitude != 0, magnitude)
+                    }
+                    Value::Bool(b) => Meaning::Bool(*b),
+                    Value::Char(c) => Meaning::Char(*c),
+                    Value::Bytes(b) => Meaning::Bytes(b.clone()),
+                    Value::ByteArray(b) => Meaning::Bytes(b.to_vec()),
+                    Value::Tagged(tag, body) => Meaning::Tagged(*tag, body.clone()),
+                    // A uuid is the tagged part `u` with its hyphenated text.
+                    Value::Uuid(u) => Meaning::Tagged('u', uuid_text(*u)),
+                    Value::Tuple(parts) => {
+                        Meaning::Tuple(parts.iter().map(Value::meaning).collect())
+                    }
+                }
+            }
+        }
+
+        #[cfg(feature = "uuid")]
+        fn uuid_text(u: u128) -> String {
+            uuid::Uuid::from_u128(u).hyphenated().to_string()
+        }
+        #[cfg(not(feature = "uuid"))]
+        fn uuid_text(_: u128) -> String {
+            String::new()
+        }
+
+        impl IntoKey for Value {
+            fn write_key(&self, w: &mut KeyWriter) {
+                match self {
+                    Value::Str(s) => s.as_str().write_key(w),
+                    Value::OwnedString(s) => s.write_key(w),
+                    Value::CowStr(s) => Cow::<str>::Borrowed(s).write_key(w),
+                    Value::Int(i) => i.write(w),
+                    Value::Bool(b) => b.write_key(w),
+                    Value::Char(c) => c.write_key(w),
+                    Value::Bytes(b) => b.write_key(w),
+                    Value::ByteArray(b) => b.write_key(w),
+                    Value::Tagged(tag, body) => w.tagged(*tag, body),
+                    #[cfg(feature = "uuid")]
+                    Value::Uuid(u) => uuid::Uuid::from_u128(*u).write_key(w),
+                    #[cfg(not(feature = "uuid"))]
+                    Value::Uuid(_) => unreachable!("not generated without feature `uuid`"),
+                    // Through the tuple impls themselves.
+                    Value::Tuple(p) => match p.as_slice() {
+                        [a] => (a,).write_key(w),
+                        [a, b] => (a, b).write_key(w),
+                        [a, b, c] => (a, b, c).write_key(w),
+                        [a, b, c, d] => (a, b, c, d).write_key(w),
+                        [a, b, c, d, e] => (a, b, c, d, e).write_key(w),
+                        [a, b, c, d, e, f] => (a, b, c, d, e, f).write_key(w),
+                        [a, b, c, d, e, f, g] => (a, b, c, d, e, f, g).write_key(w),
+                        [a, b, c, d, e, f, g, h] => (a, b, c, d, e, f, g, h).write_key(w),
+                        _ => unreachable!("tuples of 1..=8 are generated"),
+                    },
+                }
+            }
+        }
+
+        /// Several parts written one after the other, without a tuple around them.
+        struct Parts<'a>(&'a [Value]);
+        impl IntoKey for Parts<'_> {
+            fn write_key(&self, w: &mut KeyWriter) {
+                for part in self.0 {
+                    part.write_key(w);
+                }
+            }
+        }
+
+        fn id(value: &impl IntoKey) -> String {
+            Key::new("s", value).id().to_owned()
+        }
+
+        /// Integers of every width, near zero (where values of different types meet) and at
+        /// the extremes.
+        fn int() -> impl Strategy<Value = Int> {
+            prop_oneof![
+                (-3i8..=3).prop_map(Int::I8),
+                any::<i8>().prop_map(Int::I8),
+                (-3i16..=300).prop_map(Int::I16),
+                (-3i32..=3).prop_map(Int::I32),
+                any::<i64>().prop_map(Int::I64),
+                (-3i64..=3).prop_map(Int::I64),
+                prop_oneof![Just(i128::MIN), Just(i128::MAX), -3i128..=3].prop_map(Int::I128),
+                (-3isize..=3).prop_map(Int::Isize),
+                (0u8..=3).prop_map(Int::U8),
+                any::<u8>().prop_map(Int::U8),
+                (0u16..=300).prop_map(Int::U16),
+                (0u32..=3).prop_map(Int::U32),
+                prop_oneof![Just(u64::MAX), 0u64..=3].prop_map(Int::U64),
+                prop_oneof![
+                    Just(u128::MAX),
+                    Just(i128::MAX as u128),
+                    Just(i128::MAX as u128 + 1),
+                    0u128..=3
+                ]
+                .prop_map(Int::U128),
+                (0usize..=3).prop_map(Int::Usize),
+            ]
+        }
+
+        /// Texts from a small alphabet rich in the encoding's own characters, so that equal
+        /// values and look-alikes come up often.
+        fn text() -> impl Strategy<Value = String> {
+            "[a1:(s)x\u{e9}\n]{0,4}"
+        }
+
+        fn tag() -> impl Strategy<Value = char> {
+            prop_oneof![
+                Just('s'),
+                Just('i'),
+                Just('b'),
+                Just('c'),
+                Just('x'),
+                Just('t'),
+                Just('u'),
+                Just('d'),
+                Just('D'),
+                Just('1'),
+                Just(':'),
+                Just('('),
+                Just('\u{e9}'),
+                any::<char>(),
+            ]
+        }
+
+        fn leaf() -> impl Strategy<Value = Value> {
+            let uuid = if cfg!(feature = "uuid") {
+                prop_oneof![Just(0u128), Just(1u128), any::<u128>()]
+                    .prop_map(Value::Uuid)
+                    .boxed()
+            } else {
+                text().prop_map(Value::Str).boxed()
+            };
+            prop_oneof![
+                text().prop_map(Value::Str),
+                text().prop_map(Value::OwnedString),
+                text().prop_map(Value::CowStr),
+                int().prop_map(Value::Int),
+                any::<bool>().prop_map(Value::Bool),
+                prop_oneof![Just('1'), Just(':'), Just('\u{e9}'), any::<char>()]
+                    .prop_map(Value::Char),
+                prop::collection::vec(
+                    prop_oneof![
+                        Just(0xabu8),
+                        Just(0xb1),
+                        Just(0xb0),
+                        Just(0x31),
+                        any::<u8>()
+                    ],
+                    0..4
+                )
+                .prop_map(Value::Bytes),
+                any::<[u8; 2]>().prop_map(Value::ByteArray),
+                (tag(), text()).prop_map(|(t, b)| Value::Tagged(t, b)),
+                uuid,
+            ]
+        }
+
+        fn value() -> impl Strategy<Value = Value> {
+            leaf().prop_recursive(3, 24, 8, |inner| {
+                prop::collection::vec(inner, 1..=8).prop_map(Value::Tuple)
+            })
+        }
+
+        /// A value of the same meaning written through other types: other integer widths,
+        /// `String` for `&str`, a `Vec` for an array.
+        fn retyped(v: &Value) -> Value {
+            match v {
+                Value::Str(s) => Value::OwnedString(s.clone()),
+                Value::OwnedString(s) => Value::CowStr(s.clone()),
+                Value::CowStr(s) => Value::Str(s.clone()),
+                Value::Int(i) => Value::Int(match i.value() {
+                    (true, m) => match i128::try_from(m) {
+                        Ok(m) => Int::I128(-m),
+                        Err(_) => Int::I128(i128::MIN),
+                    },
+                    (false, m) => Int::U128(m),
+                }),
+                Value::ByteArray(b) => Value::Bytes(b.to_vec()),
+                Value::Tuple(p) => Value::Tuple(p.iter().map(retyped).collect()),
+                other => other.clone(),
+            }
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(1000))]
+
+            #[test]
+            fn same_key_exactly_when_same_value(a in value(), b in value()) {
+                prop_assert_eq!(a.meaning() == b.meaning(), id(&a) == id(&b), "{:?} / {:?}: {} / {}", a, b, id(&a), id(&b));
+            }
+
+            #[test]
+            fn other_types_of_one_value_are_one_key(a in value()) {
+                prop_assert_eq!(id(&a), id(&retyped(&a)));
+            }
+
+            /// Parts written back to back read back one way only: no part runs into the next.
+            #[test]
+            fn concatenated_parts_never_collide(
+                a in prop::collection::vec(value(), 0..5),
+                b in prop::collection::vec(value(), 0..5),
+            ) {
+                let same = a.len() == b.len()
+                    && a.iter().zip(&b).all(|(x, y)| x.meaning() == y.meaning());
+                prop_assert_eq!(same, id(&Parts(&a)) == id(&Parts(&b)));
+            }
+        }
     }
 }

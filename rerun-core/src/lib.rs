@@ -43,6 +43,7 @@ mod process;
 pub mod record;
 mod recover;
 pub mod runtime;
+pub mod scope;
 pub mod store;
 #[cfg(feature = "testing")]
 pub mod testing;
@@ -92,6 +93,7 @@ pub mod __private {
     pub use crate::handler::{AsyncHandle, Handle, Idempotent};
     pub use crate::key::{IntoKey, Key};
     pub use crate::runtime::{Call, Options, Reconciled};
+    pub use crate::scope::DefaultScope;
     pub use crate::store::{AsyncStore, DynStore, Store};
     pub use core;
     pub use serde;
@@ -154,7 +156,7 @@ pub mod __private {
     /// tuple of all of them. The bytes are those of the tuple of references `(&a, &b, …)`, so
     /// the fingerprint equals `Call::payload(&(&a, &b, …))`, the hand-written equivalent.
     pub struct Payload {
-        out: Vec<u8>,
+        tuple: crate::fingerprint::TupleFingerprint,
         failed: Option<String>,
     }
 
@@ -163,16 +165,17 @@ pub mod __private {
         #[inline]
         #[allow(clippy::new_without_default)]
         pub fn new() -> Payload {
-            let mut out = Vec::with_capacity(128);
-            out.push(b'[');
-            Payload { out, failed: None }
+            Payload {
+                tuple: crate::fingerprint::TupleFingerprint::new(),
+                failed: None,
+            }
         }
 
-        /// Adds one argument.
+        /// Adds one argument, streamed into the hasher.
         #[inline]
         pub fn arg<T: PayloadArg + ?Sized>(mut self, value: &T) -> Payload {
             if self.failed.is_none() {
-                if let Err(e) = crate::fingerprint::canonical_encode(value, &mut self.out) {
+                if let Err(e) = self.tuple.element(value) {
                     self.failed = Some(e.0);
                 }
             }
@@ -180,13 +183,9 @@ pub mod __private {
         }
 
         /// The fingerprint, or the `Codec` error of an argument whose `Serialize` failed.
-        pub fn finish(mut self, key: impl FnOnce() -> Key) -> Result<Fingerprint, Error> {
-            use sha2::Digest as _;
+        pub fn finish(self, key: impl FnOnce() -> Key) -> Result<Fingerprint, Error> {
             match self.failed {
-                None => {
-                    self.out.push(b']');
-                    Ok(Fingerprint(sha2::Sha256::digest(&self.out).into()))
-                }
+                None => Ok(self.tuple.finish()),
                 Some(message) => Err(Error::Codec {
                     key: key(),
                     what: "the payload",

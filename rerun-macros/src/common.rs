@@ -1,6 +1,8 @@
 //! What the three macros share: the one path to the runtime, error collection, the argument
 //! grammar `name`, `name = value`, `name(a, b)`, and compile-time durations.
 
+use std::time::Duration;
+
 use proc_macro2::{Span, TokenStream};
 use quote::{quote, ToTokens};
 use syn::ext::IdentExt as _;
@@ -302,31 +304,84 @@ pub struct Millis {
     pub ms: u64,
 }
 
-/// Parses a humantime duration (`"24h"`, `"30s"`, `"7d"`, `"1h 30m"`) at compile time.
+/// The longest `ttl`, `lease` or `wait`: 100 years of 365 days, as the runtime checks it.
+pub const MAX_DURATION_SECS: u64 = 3_153_600_000;
+/// The shortest `lease`, as the runtime checks it.
+pub const MIN_LEASE_SECS: u64 = 1;
+
+/// Parses a humantime duration (`"24h"`, `"30s"`, `"7d"`, `"1h 30m"`) at compile time, and
+/// checks it against the limits the runtime enforces: every duration at most
+/// [`MAX_DURATION_SECS`], a `lease` at least [`MIN_LEASE_SECS`], a `ttl` greater than zero.
 pub fn duration(lit: &LitStr, name: &str) -> Result<Millis, Error> {
     let text = lit.value();
+    let fail = |message: String| Error::new(lit.span(), message);
     let parsed = humantime::parse_duration(text.trim()).map_err(|e| {
-        Error::new(
-            lit.span(),
-            format!(
-                "`{name} = {:?}` is not a duration ({e}); write it like `{name} = \"30s\"`, `\"24h\"` or `\"7d\"`",
-                text
-            ),
-        )
+        fail(format!(
+            "`{name} = {text:?}` is not a duration ({e}); write it like `{name} = \"30s\"`, `\"24h\"` or `\"7d\"`"
+        ))
     })?;
-    let ms = u64::try_from(parsed.as_millis()).map_err(|_| {
-        Error::new(
-            lit.span(),
-            format!("`{name} = {text:?}` is too long; use at most a few centuries, e.g. `{name} = \"365d\"`"),
-        )
+    if parsed > Duration::from_secs(MAX_DURATION_SECS) {
+        return Err(fail(format!(
+            "`{name} = {text:?}` is longer than the maximum duration of 100 years of 365 days; write `{name} = \"36500d\"` or less"
+        )));
+    }
+    if name == "lease" && parsed < Duration::from_secs(MIN_LEASE_SECS) {
+        return Err(fail(format!(
+            "`lease = {text:?}` is below the minimum lease of {MIN_LEASE_SECS}s: a lease must outlast a store round trip and a scheduling stall; write `lease = \"{MIN_LEASE_SECS}s\"` or more"
+        )));
+    }
+    if name == "ttl" && parsed.is_zero() {
+        return Err(fail(format!(
+            "`ttl = {text:?}` would keep no record, so every retry would run the body again: a ttl must be greater than zero; write `ttl = \"24h\"` or another positive duration"
+        )));
+    }
+    // Whole milliseconds, a fraction rounded up: `ttl = "500us"` is 1ms, not zero.
+    let ms = parsed.as_millis() + u128::from(parsed.subsec_nanos() % 1_000_000 != 0);
+    let ms = u64::try_from(ms).map_err(|_| {
+        fail(format!(
+            "`{name} = {text:?}` is too long; write `{name} = \"36500d\"` or less"
+        ))
     })?;
-    if name == "lease" && ms == 0 {
-        return Err(Error::new(
-            lit.span(),
-            format!("`lease = {text:?}` would expire every claim at once; give it at least a second, e.g. `lease = \"30s\"`"),
+    Ok(Millis { ms })
+}
+
+/// The longest scope in bytes, as `rerun_core::scope::MAX_SCOPE_BYTES`.
+pub const MAX_SCOPE_BYTES: usize = 512;
+
+/// What is wrong with a scope, in the words of `rerun_core::scope::validate_scope` (the rule
+/// the runtime applies: 1 to 512 bytes, no control character), or `None`.
+pub fn scope_problem(scope: &str) -> Option<String> {
+    if scope.is_empty() {
+        return Some(
+            "a scope cannot be empty: it names the operation; write `scope = \"billing.charge\"`"
+                .to_owned(),
+        );
+    }
+    if scope.len() > MAX_SCOPE_BYTES {
+        return Some(format!(
+            "a scope is at most {MAX_SCOPE_BYTES} bytes long and this one has {} bytes; name the operation briefly, as in `scope = \"billing.charge\"`",
+            scope.len()
         ));
     }
-    Ok(Millis { ms })
+    let (at, c) = scope.char_indices().find(|(_, c)| c.is_control())?;
+    Some(format!(
+        "a scope cannot contain control characters and this one has `{}` at byte {at}; remove it, as in `scope = \"billing.charge\"`",
+        c.escape_default()
+    ))
+}
+
+/// Checks a literal `scope = "…"` against the runtime's rule, and that it is not blank, with
+/// the error on the literal.
+pub fn check_scope(lit: &LitStr, errors: &mut Errors) {
+    let scope = lit.value();
+    if let Some(problem) = scope_problem(&scope) {
+        errors.spanned(lit, problem);
+    } else if scope.trim().is_empty() {
+        errors.spanned(
+            lit,
+            "`scope` names the operation and cannot be blank; write `scope = \"billing.charge\"`",
+        );
+    }
 }
 
 /// Nests `items` into tuples of at most `max` elements (serde and `IntoKey` implement tuples up
@@ -360,4 +415,74 @@ pub fn respan(tokens: TokenStream, span: Span) -> TokenStream {
             t
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lit(text: &str) -> LitStr {
+        LitStr::new(text, Span::call_site())
+    }
+
+    fn ms(name: &str, text: &str) -> Result<u64, String> {
+        duration(&lit(text), name)
+            .map(|m| m.ms)
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn durations_within_the_limits() {
+        assert_eq!(ms("ttl", "24h"), Ok(86_400_000));
+        assert_eq!(ms("ttl", "36500d"), Ok(MAX_DURATION_SECS * 1000));
+        assert_eq!(ms("ttl", "500us"), Ok(1));
+        assert_eq!(ms("lease", "1s"), Ok(1000));
+        assert_eq!(ms("wait", "0s"), Ok(0));
+        assert_eq!(ms("wait", "1500us"), Ok(2));
+    }
+
+    #[test]
+    fn durations_beyond_the_limits() {
+        let long = ms("ttl", "300y").unwrap_err();
+        assert!(
+            long.contains("maximum duration of 100 years") && long.contains("`ttl = \"36500d\"`"),
+            "{long}"
+        );
+        // humantime's years have 365.25 days.
+        assert!(ms("wait", "100y").is_err());
+        assert!(ms("lease", "36501d").is_err());
+        let short = ms("lease", "500ms").unwrap_err();
+        assert_eq!(short, "`lease = \"500ms\"` is below the minimum lease of 1s: a lease must outlast a store round trip and a scheduling stall; write `lease = \"1s\"` or more");
+        assert!(ms("lease", "999ms").is_err());
+        assert!(ms("lease", "0s").is_err());
+        let zero = ms("ttl", "0s").unwrap_err();
+        assert!(zero.contains("greater than zero"), "{zero}");
+        assert!(ms("ttl", "99999999999999999999y").is_err());
+    }
+
+    /// The macros and the runtime say the same about a scope.
+    #[test]
+    fn scope_rule_is_the_runtime_rule() {
+        assert_eq!(MAX_SCOPE_BYTES, rerun_core::scope::MAX_SCOPE_BYTES);
+        for scope in [
+            "",
+            " ",
+            "billing.charge",
+            "billing\ncharge",
+            "a\0",
+            "tab\there",
+            "\u{85}",
+            "\u{7f}x",
+            "é",
+            &"a".repeat(512),
+            &"a".repeat(513),
+            &"é".repeat(257),
+        ] {
+            assert_eq!(
+                scope_problem(scope),
+                rerun_core::scope::validate_scope(scope).err(),
+                "{scope:?}"
+            );
+        }
+    }
 }

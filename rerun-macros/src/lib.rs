@@ -59,12 +59,12 @@ use proc_macro::TokenStream;
 /// | argument | meaning | default |
 /// |---|---|---|
 /// | `key = EXPR` | the dedupe key: an expression over the arguments (or `self`) whose type implements `rerun_core::IntoKey` (strings, integers, bool, char, bytes, uuids, references and tuples of these: `key = (&order.customer, order.seq)`); a literal (`key = "migrate-v3"`) makes a one-time step | required |
-/// | `scope = "name"` | the namespace of the key; keeps records valid when the function is renamed or moved | `module_path!()` and the function's name |
+/// | `scope = "name"` | the namespace of the key, 1 to 512 bytes without control characters; keeps records valid when the function is renamed or moved, and across compiler upgrades | the function's path: its module path and name (`billing::charge`); for a method, its `impl`'s self type and trait as well (`billing::Ledger::post`, `<billing::SendReceipt as billing::Handler>::handle`) |
 /// | `store = EXPR` | the store: `&impl Store` (sync) or `&impl AsyncStore` (async); a temporary lives for the whole call (`store = &self.pool.get()`) | the global store (`rerun_core::init`, `RERUN_STORE`, or SQLite at `.rerun/rerun.sqlite3`) |
 /// | `skip(a, b)` | arguments left out of the payload fingerprint (connections, clocks, loggers) | none |
-/// | `ttl = "24h"` | how long a completed record is kept and replayed (humantime syntax, parsed at compile time) | `24h` |
-/// | `lease = "30s"` | how long a claim holds without renewal; renewed while the body runs | `30s` |
-/// | `wait = "10s"` | on finding the key in progress, wait up to this long for its result instead of returning `Error::InProgress` | no waiting |
+/// | `ttl = "24h"` | how long a completed record is kept and replayed (humantime syntax, parsed at compile time); greater than zero | `24h` |
+/// | `lease = "30s"` | how long a claim holds without renewal; renewed while the body runs; at least `1s` | `30s` |
+/// | `wait = "10s"` | on finding the key in progress, wait up to this long for its result instead of returning `Error::InProgress`; may be `0s` | no waiting |
 /// | `once` | at most once: the body never starts twice for one key; an attempt that died mid-body makes the next call `Error::OutcomeUnknown` | off (replayable) |
 /// | `reconcile = path` | with `once`: called instead when an earlier attempt died mid-body, returns `Result<Reconciled<T>, E>` (`Done(t)` records `t`; `NotDone` runs the body) | none |
 /// | `crate = path` | the path of `rerun_core` when it is renamed | `::rerun_core` |
@@ -82,8 +82,16 @@ use proc_macro::TokenStream;
 /// (`&&Order` coerces to `&Order`). It runs before the body, which then takes the arguments, so
 /// arguments such as `db: &mut Db` work with both.
 ///
-/// The default scope of a method is its module path and its name: two types of one module
-/// with a method of the same name share it, so give such methods a `scope`.
+/// Every duration is at most 100 years of 365 days (`"36500d"`; humantime's `"100y"` counts
+/// years of 365.25 days and is longer), the same limits the runtime enforces on `Options`.
+///
+/// The default scope is the function's path as the compiler names it: for a free function,
+/// `module_path!()` and its name; for a method, the `impl`'s self type and, in a trait impl,
+/// the trait, so `SendReceipt::handle` and `UpdateLedger::handle` of one module (or one type's
+/// `handle` of two traits) never share records. All instantiations of a generic impl share one
+/// scope (`billing::Queue<_>::push`). Since the path changes when the function or its type is
+/// renamed or moved, and its format belongs to the compiler, write `scope = "…"` for records
+/// that must stay valid across renames, moves and compiler upgrades.
 ///
 /// # Async
 ///
@@ -204,6 +212,11 @@ use proc_macro::TokenStream;
 /// - a repeated argument: ``ttl` is given twice; keep one `ttl = "24h"` and remove this one``
 /// - a bad duration: ``ttl = "3 fortnights"` is not a duration (unknown time unit …); write it
 ///   like `ttl = "30s"`, `"24h"` or `"7d"` ``
+/// - a duration out of range: ``lease = "500ms"` is below the minimum lease of 1s: a lease must
+///   outlast a store round trip and a scheduling stall; write `lease = "1s"` or more``
+/// - a scope that is empty, longer than 512 bytes or holds a control character: ``a scope cannot
+///   contain control characters and this one has `\n` at byte 7; remove it, as in
+///   `scope = "billing.charge"` ``
 /// - a `const fn`: ``#[idempotent]` cannot go on a `const fn`, because its body runs through the
 ///   store at run time; remove `const` from `const fn charge` ``
 /// - not a `Result`: ``an #[idempotent] function returns `Result<T, E>` so that its `Ok` can be
@@ -265,7 +278,8 @@ pub fn idempotent(attr: TokenStream, item: TokenStream) -> TokenStream {
 ///
 /// # Arguments
 ///
-/// On the type: `scope = "name"` (default: module path and type name), `ttl`, `lease`, `wait`,
+/// On the type: `scope = "name"` (default: module path and type name), `ttl`, `lease`, `wait`
+/// (with the same limits),
 /// `once`, `reconcile = path` and `crate = path`, as for [`macro@idempotent`]. The `reconcile`
 /// function takes `&Self` and returns `Result<Reconciled<Output>, Error>` of the handler.
 ///

@@ -190,9 +190,7 @@ fn container(attrs: &[Attribute], errors: &mut Errors) -> Container {
             }
             match (spelled.as_str(), value) {
                 ("scope", Value::Str(s)) => {
-                    if s.value().trim().is_empty() {
-                        errors.spanned(&s, "`scope` names the operation and cannot be empty; write `#[rerun(scope = \"stripe.charge_succeeded\")]`");
-                    }
+                    common::check_scope(&s, errors);
                     c.scope = Some(s);
                 }
                 ("ttl" | "lease" | "wait", Value::Str(s)) => match common::duration(&s, &spelled) {

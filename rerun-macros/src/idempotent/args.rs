@@ -97,9 +97,7 @@ impl Args {
                 ("key", Value::Expr(e)) => args.key = Some(*e),
                 ("store", Value::Expr(e)) => args.store = Some(*e),
                 ("scope", Value::Str(s)) => {
-                    if s.value().trim().is_empty() {
-                        errors.spanned(&s, "`scope` names the operation and cannot be empty; write `scope = \"billing.charge\"`");
-                    }
+                    common::check_scope(&s, errors);
                     args.scope = Some(s);
                 }
                 ("skip", Value::List(names)) => args.skip = names,

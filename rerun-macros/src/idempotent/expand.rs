@@ -24,8 +24,9 @@ pub fn expand(args: &Args, item: &FnItem, plan: &Plan) -> TokenStream {
         None => return item.to_tokens_with(None),
     };
 
+    let scope = Scope::new(&rt, args);
     let call_stmt = {
-        let scope = scope(args, item);
+        let scope = &scope.expr;
         let key = plan.key;
         let key = quote_spanned!(key.span()=> &(#key));
         let payload = payload(&rt, plan);
@@ -104,6 +105,10 @@ pub fn expand(args: &Args, item: &FnItem, plan: &Plan) -> TokenStream {
         #drive #drive_args #await_
     };
 
+    // The default scope's marker goes at the top level of the function's own body: declared
+    // inside the `async move` block of `#[async_trait]` or a closure, its path would not be the
+    // method's.
+    let scope_stmt = &scope.stmt;
     let stmts = match &plan.shape {
         Shape::AsyncTrait(_) => {
             // Keep `#[async_trait]`'s `Box::pin(…)` and run inside its `async move` block, where
@@ -112,19 +117,45 @@ pub fn expand(args: &Args, item: &FnItem, plan: &Plan) -> TokenStream {
                 Some(syn::Stmt::Expr(syn::Expr::Call(c), _)) => c.func.to_token_stream(),
                 _ => quote!(::std::boxed::Box::pin),
             };
-            quote!(#func(async move { #run }))
+            quote!(#scope_stmt #func(async move { #run }))
         }
-        _ => run,
+        _ => quote!(#scope_stmt #run),
     };
     item.to_tokens_with(Some(stmts))
 }
 
-fn scope(args: &Args, item: &FnItem) -> TokenStream {
-    match &args.scope {
-        Some(lit) => lit.to_token_stream(),
-        None => {
-            let name = format!("::{}", item.sig.ident);
-            quote!(::core::concat!(::core::module_path!(), #name))
+/// The scope of the call: `scope = "…"` as written, or the function's path, read at run time
+/// from the compiler's name for a function nested in it (see `rerun_core::scope`).
+struct Scope {
+    /// A statement for the top of the function's body (none for `scope = "…"`).
+    stmt: TokenStream,
+    /// A `&'static str`.
+    expr: TokenStream,
+}
+
+impl Scope {
+    fn new(rt: &TokenStream, args: &Args) -> Scope {
+        if let Some(lit) = &args.scope {
+            return Scope {
+                stmt: TokenStream::new(),
+                expr: lit.to_token_stream(),
+            };
+        }
+        let scope = local("__rerun_scope");
+        let marker = local("__rerun_scope_marker");
+        let cell = local("__RERUN_SCOPE");
+        // `type_name` of the marker is this function's path followed by the marker's name (a
+        // block adds no segment to it); the `static` computes the scope once, on the first call.
+        // Declared in a block of their own, the items stay out of reach of the user's body.
+        Scope {
+            stmt: quote! {
+                let #scope: &'static str = {
+                    fn #marker() {}
+                    static #cell: #rt::DefaultScope = #rt::DefaultScope::new();
+                    #cell.get(#marker)
+                };
+            },
+            expr: scope.to_token_stream(),
         }
     }
 }

@@ -5,4 +5,9 @@ fn charge(order_id: &str) -> Result<u64, Error> {
     Ok(order_id.len() as u64)
 }
 
+#[idempotent(key = order_id, scope = "")]
+fn refund(order_id: &str) -> Result<u64, Error> {
+    Ok(order_id.len() as u64)
+}
+
 fn main() {}

@@ -4,6 +4,9 @@ use rerun_core::{idempotent, Error};
 fn charge(order_id: &str) -> Result<u64, Error> {
     let _peek = __rerun_call;
     let _store = __rerun_given;
+    let _scope = __rerun_scope;
+    __rerun_scope_marker();
+    let _cell = &__RERUN_SCOPE;
     Ok(order_id.len() as u64)
 }
 
