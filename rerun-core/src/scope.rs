@@ -19,7 +19,7 @@ use std::sync::OnceLock;
 /// The longest scope, in bytes.
 pub const MAX_SCOPE_BYTES: usize = 512;
 
-/// Checks that `scope` is a valid scope: 1 to [`MAX_SCOPE_BYTES`] bytes, no control character
+/// Checks that `scope` is a valid scope: 1 to [`MAX_SCOPE_BYTES`] bytes, not blank, no control character
 /// (`char::is_control`: tabs, newlines, NUL, escape sequences). The message says what is wrong
 /// and how to fix it.
 ///
@@ -27,6 +27,7 @@ pub const MAX_SCOPE_BYTES: usize = 512;
 /// use rerun_core::scope::validate_scope;
 /// assert!(validate_scope("billing.charge").is_ok());
 /// assert!(validate_scope("").is_err());
+/// assert!(validate_scope("  ").is_err());
 /// assert!(validate_scope("billing\ncharge").is_err());
 /// assert!(validate_scope(&"a".repeat(513)).is_err());
 /// ```
@@ -34,6 +35,12 @@ pub fn validate_scope(scope: &str) -> Result<(), String> {
     if scope.is_empty() {
         return Err(
             "a scope cannot be empty: it names the operation; write `scope = \"billing.charge\"`"
+                .to_owned(),
+        );
+    }
+    if scope.trim().is_empty() {
+        return Err(
+            "a scope cannot be blank: it names the operation; write `scope = \"billing.charge\"`"
                 .to_owned(),
         );
     }

@@ -349,11 +349,17 @@ pub fn duration(lit: &LitStr, name: &str) -> Result<Millis, Error> {
 pub const MAX_SCOPE_BYTES: usize = 512;
 
 /// What is wrong with a scope, in the words of `rerun_core::scope::validate_scope` (the rule
-/// the runtime applies: 1 to 512 bytes, no control character), or `None`.
+/// the runtime applies: 1 to 512 bytes, not blank, no control character), or `None`.
 pub fn scope_problem(scope: &str) -> Option<String> {
     if scope.is_empty() {
         return Some(
             "a scope cannot be empty: it names the operation; write `scope = \"billing.charge\"`"
+                .to_owned(),
+        );
+    }
+    if scope.trim().is_empty() {
+        return Some(
+            "a scope cannot be blank: it names the operation; write `scope = \"billing.charge\"`"
                 .to_owned(),
         );
     }
@@ -370,17 +376,11 @@ pub fn scope_problem(scope: &str) -> Option<String> {
     ))
 }
 
-/// Checks a literal `scope = "…"` against the runtime's rule, and that it is not blank, with
-/// the error on the literal.
+/// Checks a literal `scope = "…"` against the runtime's rule, with the error on the literal.
 pub fn check_scope(lit: &LitStr, errors: &mut Errors) {
     let scope = lit.value();
     if let Some(problem) = scope_problem(&scope) {
         errors.spanned(lit, problem);
-    } else if scope.trim().is_empty() {
-        errors.spanned(
-            lit,
-            "`scope` names the operation and cannot be blank; write `scope = \"billing.charge\"`",
-        );
     }
 }
 

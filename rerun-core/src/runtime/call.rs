@@ -143,9 +143,13 @@ impl Call {
         &self.key
     }
 
-    /// The parts of a call that may run: a payload that encoded, options within their limits.
+    /// The parts of a call that may run: a valid scope, a payload that encoded, options within
+    /// their limits.
     fn checked(self) -> Result<(Key, Fingerprint, Options), Error> {
         let fingerprint = self.fingerprint?;
+        if let Err(message) = crate::scope::validate_scope(self.key.scope()) {
+            return Err(Error::config(format!("{}: {message}", self.key)));
+        }
         if let Err(message) = self.options.check() {
             return Err(Error::config(format!("{}: {message}", self.key)));
         }
