@@ -246,7 +246,9 @@ impl LocalRecord {
                 .then(|| Duration::from_nanos(self.lease_until_ns - now.mono_ns));
         }
         (now.wall_ms < self.lease_until_wall_ms).then(|| {
-            Duration::from_millis(u64::try_from(self.lease_until_wall_ms - now.wall_ms).unwrap_or(0))
+            Duration::from_millis(
+                u64::try_from(self.lease_until_wall_ms - now.wall_ms).unwrap_or(0),
+            )
         })
     }
 

@@ -18,11 +18,13 @@ struct WriteLock {
 impl Hang for WriteLock {
     fn freeze(&self) {
         let conn = self.conn.lock().unwrap_or_else(|p| p.into_inner());
-        conn.execute_batch("BEGIN IMMEDIATE").expect("taking the write lock");
+        conn.execute_batch("BEGIN IMMEDIATE")
+            .expect("taking the write lock");
     }
     fn thaw(&self) {
         let conn = self.conn.lock().unwrap_or_else(|p| p.into_inner());
-        conn.execute_batch("ROLLBACK").expect("giving the write lock back");
+        conn.execute_batch("ROLLBACK")
+            .expect("giving the write lock back");
     }
     fn op_timeout(&self) -> Duration {
         HANG_TIMEOUT
@@ -51,13 +53,11 @@ impl Factory for Sqlite {
         let path = self
             .dir
             .join(format!("{}.sqlite3", conformance::unique("hung")));
-        let store = match SqliteStore::open_with(
-            &path,
-            SqliteOptions::new().busy_timeout(HANG_TIMEOUT),
-        ) {
-            Ok(store) => store,
-            Err(e) => return Some(Err(e)),
-        };
+        let store =
+            match SqliteStore::open_with(&path, SqliteOptions::new().busy_timeout(HANG_TIMEOUT)) {
+                Ok(store) => store,
+                Err(e) => return Some(Err(e)),
+            };
         let conn = rusqlite::Connection::open(&path).expect("a second connection");
         Some(Ok((
             store,

@@ -553,7 +553,10 @@ fn stale_holder_taken<F: Factory>(factory: &F, _: &Settings) -> Result<Tally, Er
     reused_pid.start_time = me.start_time.wrapping_add(12_345);
     let mut own_pid_reused = me.clone();
     own_pid_reused.start_time = me.start_time.wrapping_add(1);
-    for (name, holder) in [("reused-pid", reused_pid), ("own-pid-reused", own_pid_reused)] {
+    for (name, holder) in [
+        ("reused-pid", reused_pid),
+        ("own-pid-reused", own_pid_reused),
+    ] {
         let key = Key::new(scope.clone(), name);
         claimed(
             claim_raw(&store, &key, &holder, Duration::from_secs(30), None)?,
@@ -635,9 +638,9 @@ fn foreign_holder_waits<F: Factory>(factory: &F, _: &Settings) -> Result<Tally, 
                     format!("the {name} holder was taken over {after:?} after its claim, before its lease of {lease:?} ended"),
                 );
             }
-            Err(e) => t
-                .violations
-                .push(format!("the {name} holder was not taken over after its lease: {e}")),
+            Err(e) => t.violations.push(format!(
+                "the {name} holder was not taken over after its lease: {e}"
+            )),
         }
     }
     Ok(t)

@@ -157,10 +157,24 @@ pub(super) fn panicking_renew<F: Factory>(factory: &F, _: &Settings) -> Result<T
     let wrapped = PanicsOnce::new(store.shared());
     let mut t = Tally::default();
     let lease = MIN_LEASE;
-    long_body_kept(&wrapped, &unique("conformance"), lease, lease * 3, 4, &mut t);
+    long_body_kept(
+        &wrapped,
+        &unique("conformance"),
+        lease,
+        lease * 3,
+        4,
+        &mut t,
+    );
     t.expect(wrapped.fired(), "the panicking renewal never ran".into());
     // A later claim is renewed too: the keeper survived.
-    long_body_kept(&wrapped, &unique("conformance"), lease, lease * 3, 2, &mut t);
+    long_body_kept(
+        &wrapped,
+        &unique("conformance"),
+        lease,
+        lease * 3,
+        2,
+        &mut t,
+    );
     Ok(t)
 }
 
@@ -255,8 +269,9 @@ pub(super) fn hung_store<F: Factory>(factory: &F, _: &Settings) -> Result<Tally,
     let after = *returned_after.lock().unwrap_or_else(|p| p.into_inner());
     match after {
         Some(after) => {
-            t.notes
-                .push(format!("the hung holder's completion returned in {after:?}"));
+            t.notes.push(format!(
+                "the hung holder's completion returned in {after:?}"
+            ));
             t.expect(
                 after <= limit + slack,
                 format!(
@@ -278,9 +293,9 @@ pub(super) fn hung_store<F: Factory>(factory: &F, _: &Settings) -> Result<Tally,
         Ok(o) => {
             t.results.insert(o.value);
         }
-        Err(e) => t
-            .violations
-            .push(format!("after the hang, the key could not be run again: {e}")),
+        Err(e) => t.violations.push(format!(
+            "after the hang, the key could not be run again: {e}"
+        )),
     }
     t.bodies += hung_bodies.load(Ordering::SeqCst);
     Ok(t)
@@ -298,9 +313,8 @@ pub(super) fn key_domain<F: Factory>(factory: &F, settings: &Settings) -> Result
         let id = Key::new(scope.clone(), model).id().to_owned();
         if let Some(earlier) = seen.insert(id.clone(), model) {
             if earlier != model {
-                t.violations.push(format!(
-                    "{earlier:?} and {model:?} encode alike ({id:?})"
-                ));
+                t.violations
+                    .push(format!("{earlier:?} and {model:?} encode alike ({id:?})"));
             }
         }
         t.calls += 1;
@@ -337,12 +351,14 @@ pub(super) fn result_domain<F: Factory>(factory: &F, settings: &Settings) -> Res
         let again = Call::new(scope.clone(), &i).run(&store, || Ok::<_, Error>(value.clone()))?;
         t.calls += 2;
         t.bodies += 1;
-        let same = |a: &_| {
-            codec::encode(a).ok() == codec::encode(&value).ok() && value.same_bits(a)
-        };
+        let same =
+            |a: &_| codec::encode(a).ok() == codec::encode(&value).ok() && value.same_bits(a);
         t.expect(
             !first.replayed && again.replayed && same(&first.value) && same(&again.value),
-            format!("#{i} did not replay exactly: {value:?} came back as {:?}", again.value),
+            format!(
+                "#{i} did not replay exactly: {value:?} came back as {:?}",
+                again.value
+            ),
         );
     }
     Ok(t)

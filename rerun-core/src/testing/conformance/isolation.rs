@@ -21,7 +21,8 @@ const LEASE: Duration = Duration::from_secs(2);
 
 /// Calls `scope`/"held" without waiting, and says what happened.
 pub(super) fn child_contend<S: Store>(store: &S, args: &serde_json::Value) -> i32 {
-    let r = Call::new(arg(args, "scope"), "held").run(store, || Ok::<_, Error>("contender".to_owned()));
+    let r =
+        Call::new(arg(args, "scope"), "held").run(store, || Ok::<_, Error>("contender".to_owned()));
     match r {
         Ok(_) => say("ran"),
         Err(e) => say(e.kind_name()),
@@ -146,7 +147,14 @@ pub(super) fn namespaces<F: Factory>(factory: &F, _: &Settings) -> Result<Tally,
     let fake_boot = dir.join("boot_id");
     std::fs::write(&fake_boot, "11111111-2222-4333-8444-555555555555\n")
         .map_err(|e| Error::store(None, "writing a boot id", e))?;
-    let in_pid_ns = words(&["unshare", "--pid", "--fork", "--kill-child", "--mount-proc", "--"]);
+    let in_pid_ns = words(&[
+        "unshare",
+        "--pid",
+        "--fork",
+        "--kill-child",
+        "--mount-proc",
+        "--",
+    ]);
     let with_foreign_proc = words(&["unshare", "--pid", "--fork", "--kill-child", "--"]);
     let with_other_boot = vec![
         "unshare".to_owned(),
@@ -197,7 +205,8 @@ pub(super) fn namespaces<F: Factory>(factory: &F, _: &Settings) -> Result<Tally,
         let until = Instant::now() + LEASE * 2;
         while Instant::now() < until {
             t.calls += 1;
-            match Call::new(scope.clone(), "held").run(&store, || Ok::<_, Error>("here".to_owned())) {
+            match Call::new(scope.clone(), "held").run(&store, || Ok::<_, Error>("here".to_owned()))
+            {
                 Err(Error::InProgress { .. }) => {}
                 Ok(_) => {
                     t.bodies += 1;

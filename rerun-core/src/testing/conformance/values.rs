@@ -41,7 +41,9 @@ impl Rng {
     }
     fn text(&mut self, max: u64) -> String {
         let len = self.below(max + 1);
-        let pieces = ["s", "i", "1", "2:", "(", ")", "x", "ab", "b1", "c", ":", "é", "\t", "\0"];
+        let pieces = [
+            "s", "i", "1", "2:", "(", ")", "x", "ab", "b1", "c", ":", "é", "\t", "\0",
+        ];
         (0..len)
             .map(|_| pieces[self.below(pieces.len() as u64) as usize])
             .collect()
@@ -116,7 +118,10 @@ pub(super) enum Shape {
     Empty,
     One(f32),
     Pair(u8, Option<()>),
-    Named { at: u128, note: Option<Option<String>> },
+    Named {
+        at: u128,
+        note: Option<Option<String>>,
+    },
 }
 
 /// Bytes that serialize as bytes (not as a sequence).
@@ -242,7 +247,10 @@ pub(super) fn random_results(seed: u64, n: usize) -> Vec<Zoo> {
                 unit: Unit,
                 cents: Cents(rng.next() as i64),
                 shapes,
-                wide: (i128::MIN + i128::from(rng.below(3)), u128::MAX - u128::from(rng.below(3))),
+                wide: (
+                    i128::MIN + i128::from(rng.below(3)),
+                    u128::MAX - u128::from(rng.below(3)),
+                ),
                 by_pair: (0..rng.below(3))
                     .map(|_| ((rng.next() as u8, rng.next() as i64), rng.text(3)))
                     .collect(),

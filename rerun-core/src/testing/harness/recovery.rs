@@ -108,7 +108,11 @@ pub fn recovery_check<S: Store + ?Sized>(store: &S) -> Result<RecoveryCheck, Str
     expect_count("the second run's releases", second.released, 0);
     expect_count("the second run's unknown marks", second.marked_unknown, 0);
     expect_count("the second run's purges", second.purged, 0);
-    expect_count("live claims seen by the second run", second.live, 2 * OTHERS);
+    expect_count(
+        "live claims seen by the second run",
+        second.live,
+        2 * OTHERS,
+    );
     expect_count(
         "unknown outcomes seen by the second run",
         second.unknown,
