@@ -50,96 +50,196 @@ fn a_file_that_is_not_a_database_is_a_store_error() {
     std::fs::write(&path, vec![0x5a; 8192]).unwrap();
     let err = SqliteStore::open(&path).unwrap_err();
     assert!(matches!(err, Error::Store { .. }), "{err:?}");
-    assert!(err.to_string().contains("garbage.sqlite3"), "{err}");
-}
-
-#[test]
-fn a_newer_schema_is_refused_with_both_versions() {
-    let dir = dir();
-    let path = dir.path().join("newer.sqlite3");
-    drop(SqliteStore::open(&path).unwrap());
-    let conn = rusqlite::Connection::open(&path).unwrap();
-    conn.execute(
-        "UPDATE rerun_meta SET value = 7 WHERE name = 'schema_version'",
-        [],
-    )
-    .unwrap();
-    let err = SqliteStore::open(&path).unwrap_err();
-    assert!(matches!(err, Error::Config { .. }), "{err:?}");
+    // The message names the absolute path and the cause; no retry can fix it.
     let text = err.to_string();
-    assert!(text.contains('7') && text.contains('1'), "{text}");
+    assert!(text.contains(&path.display().to_string()), "{text}");
+    assert!(text.contains("not a database"), "{text}");
+    assert!(!err.is_retryable(), "{text}");
 }
 
 #[test]
-fn a_malformed_row_is_corrupt_and_left_untouched() {
+fn a_folder_that_cannot_be_made_is_a_permanent_error_naming_it() {
     let dir = dir();
-    let path = dir.path().join("row.sqlite3");
-    let store = SqliteStore::open(&path).unwrap();
-    Call::new("s", "k")
-        .run(&store, || Ok::<_, Error>(1))
-        .unwrap();
-    let conn = rusqlite::Connection::open(&path).unwrap();
-    conn.execute("UPDATE rerun_records SET status = 'exploded'", [])
-        .unwrap();
-    let mut ran = false;
-    let err = Call::new("s", "k").run(&store, || {
-        ran = true;
-        Ok::<_, Error>(2)
-    });
-    assert!(matches!(err, Err(Error::Corrupt { .. })), "{err:?}");
-    assert!(!ran);
-    let status: String = conn
-        .query_row("SELECT status FROM rerun_records", [], |r| r.get(0))
-        .unwrap();
-    assert_eq!(status, "exploded");
-    // Only an explicit forget lets the key run again.
-    assert!(store.forget(&Key::new("s", "k")).unwrap());
-    assert_eq!(
-        Call::new("s", "k")
-            .run(&store, || Ok::<_, Error>(3))
-            .unwrap()
-            .value,
-        3
+    // A regular file where a folder should be: no retry (and no privilege) helps.
+    let blocker = dir.path().join("a-file");
+    std::fs::write(&blocker, b"x").unwrap();
+    let err = SqliteStore::open(blocker.join("sub").join("rerun.sqlite3")).unwrap_err();
+    let text = err.to_string();
+    assert!(
+        matches!(err, Error::Store { .. }) && !err.is_retryable(),
+        "{text}"
+    );
+    assert!(
+        text.contains(&blocker.join("sub").display().to_string()),
+        "{text}"
+    );
+    // A relative path is reported absolute.
+    let cwd = std::env::current_dir().unwrap();
+    let relative = SqliteStore::open("").unwrap_err().to_string();
+    assert!(
+        relative.contains(&cwd.display().to_string()) || relative.contains("path"),
+        "{relative}"
     );
 }
 
 #[test]
-fn many_openers_of_a_new_file_create_the_schema_once() {
+fn enormous_ttls_and_leases_do_not_wrap() {
+    use rerun_core::record::{ClaimRequest, ClaimResponse};
+    use rerun_core::{Fingerprint, Holder};
     let dir = dir();
-    let path = dir.path().join("nested/folders/new.sqlite3");
-    std::thread::scope(|s| {
-        let handles: Vec<_> = (0..8)
-            .map(|_| s.spawn(|| SqliteStore::open(&path)))
-            .collect();
-        for h in handles {
-            h.join().unwrap().unwrap();
-        }
-    });
-    let conn = rusqlite::Connection::open(&path).unwrap();
-    let rows: i64 = conn
-        .query_row("SELECT count(*) FROM rerun_meta", [], |r| r.get(0))
-        .unwrap();
-    assert_eq!(rows, 2);
+    let store = SqliteStore::open(dir.path().join("max.sqlite3")).unwrap();
+    let key = Key::new("s", "forever");
+    let ClaimResponse::Claimed(claim) = store
+        .claim(&ClaimRequest {
+            key: &key,
+            fingerprint: &Fingerprint::EMPTY,
+            holder: &Holder::current(),
+            lease: Duration::MAX,
+            once: false,
+            steal: None,
+        })
+        .unwrap()
+    else {
+        panic!("a fresh key is claimed")
+    };
+    let view = store.inspect(&key).unwrap().unwrap();
+    assert!(view.lease_remaining.is_some(), "{view:?}");
+    store.renew(&claim, Duration::MAX).unwrap();
+    store.complete(&claim, b"result", Duration::MAX).unwrap();
+    // Stored as the largest time there is, not wrapped into the past: never purged.
+    assert!(store.inspect(&key).unwrap().unwrap().expires_in.is_some());
+    assert_eq!(store.purge_expired(100).unwrap(), 0);
+    let recovered = rerun_core::recover(&store).unwrap();
+    assert_eq!(recovered.purged, 0);
+    assert!(store.inspect(&key).unwrap().is_some());
+    // Through the runtime, durations past the limit are refused before the store is touched.
+    let err = Call::new("s", "too-long")
+        .ttl(Duration::MAX)
+        .run(&store, || Ok::<_, Error>(1))
+        .unwrap_err();
+    assert!(matches!(err, Error::Config { .. }), "{err}");
+    assert!(store.inspect(&Key::new("s", "too-long")).unwrap().is_none());
 }
 
 #[test]
-fn once_claims_restore_normal_durability_afterwards() {
+fn a_database_of_schema_1_is_migrated_when_opened() {
     let dir = dir();
-    let store = SqliteStore::open(dir.path().join("durable.sqlite3")).unwrap();
-    Call::new("s", "once")
-        .once()
+    let path = dir.path().join("v1.sqlite3");
+    let old = rusqlite::Connection::open(&path).unwrap();
+    // The schema rerun 0.1 wrote, with one completed record.
+    old.execute_batch(
+        "CREATE TABLE rerun_meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;
+         INSERT INTO rerun_meta VALUES ('schema_version', 1), ('fence', 7);
+         CREATE TABLE rerun_records (scope TEXT NOT NULL, id TEXT NOT NULL, status TEXT NOT NULL,
+             fence INTEGER NOT NULL, fingerprint BLOB NOT NULL, holder TEXT, once INTEGER NOT NULL,
+             boot_id TEXT NOT NULL, lease_until INTEGER NOT NULL, expires_mono INTEGER NOT NULL,
+             expires_wall INTEGER NOT NULL, result BLOB, PRIMARY KEY (scope, id)) WITHOUT ROWID;",
+    )
+    .unwrap();
+    drop(old);
+    let openers: Vec<_> = (0..4)
+        .map(|_| {
+            let path = path.clone();
+            std::thread::spawn(move || SqliteStore::open(&path).map(|_| ()))
+        })
+        .collect();
+    for o in openers {
+        o.join().unwrap().unwrap();
+    }
+    let check = rusqlite::Connection::open(&path).unwrap();
+    let version: i64 = check
+        .query_row(
+            "SELECT value FROM rerun_meta WHERE name = 'schema_version'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(version, rerun_core::store::sqlite::SCHEMA_VERSION);
+    let store = SqliteStore::open(&path).unwrap();
+    let out = Call::new("s", "k")
         .run(&store, || Ok::<_, Error>(1))
         .unwrap();
-    // Replayable claims after a once claim still commit without a full sync: measured by the
-    // benchmarks; here, every call of both kinds keeps working on the pooled connections.
-    for i in 0..20u32 {
-        let once = Call::new("s", &i)
-            .once()
-            .run(&store, || Ok::<_, Error>(i))
-            .unwrap();
-        let replayable = Call::new("r", &i)
-            .run(&store, || Ok::<_, Error>(i))
-            .unwrap();
-        assert_eq!((once.value, replayable.value), (i, i));
+    assert!(
+        out.fence > 7,
+        "fences keep growing across the migration: {}",
+        out.fence
+    );
+}
+
+/// A burst of hundreds of short-lived threads, under a low limit of open files: callers queue
+/// for the capped pool instead of failing, and the idle pool shrinks afterwards.
+#[test]
+fn a_burst_of_threads_under_a_low_file_limit_queues_and_shrinks() {
+    const ROLE: &str = "RERUN_TEST_SQLITE_BURST";
+    if let Ok(path) = std::env::var(ROLE) {
+        burst_child(std::path::Path::new(&path));
+        return;
     }
+    let dir = dir();
+    let path = dir.path().join("burst.sqlite3");
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "a_burst_of_threads_under_a_low_file_limit_queues_and_shrinks",
+            "--exact",
+            "--nocapture",
+        ])
+        .env(ROLE, &path)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("BURST OK"),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn open_files() -> usize {
+    std::fs::read_dir("/proc/self/fd")
+        .map(|d| d.count())
+        .unwrap_or(0)
+}
+
+fn burst_child(path: &std::path::Path) {
+    use nix::sys::resource::{setrlimit, Resource};
+    setrlimit(Resource::RLIMIT_NOFILE, 128, 128).unwrap();
+    let store = SqliteStore::open(path).unwrap();
+    let before = open_files();
+    let burst = |round: u32| {
+        let failures = std::sync::atomic::AtomicUsize::new(0);
+        std::thread::scope(|s| {
+            for i in 0..600u32 {
+                let (store, failures) = (&store, &failures);
+                s.spawn(move || {
+                    let r = Call::new("burst", &(round, i)).run(store, || Ok::<_, Error>(i));
+                    if let Err(e) = r {
+                        eprintln!("call {i}: {e}");
+                        failures.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    }
+                });
+            }
+        });
+        failures.load(std::sync::atomic::Ordering::SeqCst)
+    };
+    let failed = burst(0);
+    let first = open_files();
+    let failed_again = burst(1);
+    let second = open_files();
+    let open = store.open_connections();
+    println!(
+        "failed {failed} + {failed_again}, idle connections {open}, open files {before} -> {first} -> {second}"
+    );
+    assert_eq!((failed, failed_again), (0, 0));
+    assert!(open <= 8, "{open} idle connections stayed open");
+    // SQLite keeps the file descriptor of a closed connection while others still hold locks on
+    // the file, and reuses it for the next one: bounded by the pool's cap (32), not growing.
+    assert!(
+        first <= before + 32 + 2 * 8,
+        "{first} files open, {before} before"
+    );
+    assert!(
+        second <= first + 2,
+        "open files grew from {first} to {second}"
+    );
+    println!("BURST OK");
 }

@@ -176,9 +176,11 @@ impl Pool {
             std::mem::forget(conn);
             return;
         }
+        // Kept while there is a waiter for it or the idle ones are few; otherwise closed, so
+        // that a burst leaves at most `max_idle` connections behind.
+        let idle = self.idle.load(Ordering::SeqCst);
         let keep = conn.conn.is_autocommit()
-            && (self.waiting.load(Ordering::SeqCst) > 0
-                || self.idle.load(Ordering::Relaxed) < self.max_idle);
+            && (idle < self.max_idle || idle < self.waiting.load(Ordering::SeqCst));
         if keep {
             self.shard(this_shard()).push(conn);
             self.idle.fetch_add(1, Ordering::SeqCst);
