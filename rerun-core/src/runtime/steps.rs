@@ -268,13 +268,13 @@ async fn give_back<B: Backend>(backend: &B, held: &mut Held) {
 }
 
 /// Records `value` as the claim's result.
-async fn record<B: Backend, T: Serialize>(
+async fn record<B: Backend, T: Serialize + DeserializeOwned>(
     backend: &B,
     held: &mut Held,
     value: T,
     ttl: Duration,
 ) -> Result<Outcome<T>, Error> {
-    let bytes = match codec::encode(&value) {
+    let bytes = match codec::encode_checked(&value) {
         Ok(bytes) => bytes,
         Err(e) => {
             give_back(backend, held).await;
