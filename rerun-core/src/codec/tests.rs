@@ -965,3 +965,36 @@ fn wide_integers_through_untagged_and_flatten_are_refused() {
     // Outside such buffering the full range is exact.
     assert_eq!(round_trip(&(i128::MIN, u128::MAX)), (i128::MIN, u128::MAX));
 }
+
+#[test]
+fn the_runtime_replays_exactly_and_records_nothing_that_would_not_replay() {
+    use crate::{Call, Error, MemoryStore};
+    let store = MemoryStore::new();
+    let first = Call::new("codec.test", "exact")
+        .run(&store, || {
+            Ok::<_, Error>((Some(None::<u8>), f64::NAN, Some(())))
+        })
+        .unwrap();
+    assert!(!first.replayed);
+    let again = Call::new("codec.test", "exact")
+        .run(&store, || {
+            Ok::<_, Error>((None::<Option<u8>>, 0.0f64, None::<()>))
+        })
+        .unwrap();
+    assert!(again.replayed);
+    assert_eq!(again.value.0, Some(None));
+    assert_eq!(again.value.1.to_bits(), f64::NAN.to_bits());
+    assert_eq!(again.value.2, Some(()));
+
+    let refused = Call::new("codec.test", "picky").run(&store, || Ok::<_, Error>(Picky(1)));
+    match refused {
+        Err(e @ Error::Codec { .. }) => assert!(e.to_string().contains("round trip"), "{e}"),
+        other => panic!("{other:?}"),
+    }
+    // Nothing was recorded: the next call runs its body.
+    let next = Call::new("codec.test", "picky")
+        .run(&store, || Ok::<_, Error>(7u32))
+        .unwrap();
+    assert!(!next.replayed);
+    assert_eq!(next.value, 7);
+}
