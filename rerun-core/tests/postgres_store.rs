@@ -404,6 +404,118 @@ fn connect_and_drop_inside_a_runtime() {
     }
 }
 
+/// Every constructor returns `Err`, inside a runtime and outside: a server that is down, a
+/// database that does not exist, a role the server refuses. Permanent causes say so.
+#[test]
+fn connect_failures_are_errors_in_and_out_of_a_runtime() {
+    let Some(url) = url() else { return };
+    let base = url.split('?').next().unwrap_or(&url);
+    let (scheme_user, rest) = base
+        .split_once('@')
+        .unwrap_or(("postgres://postgres", base));
+    let host = rest.split('/').next().unwrap_or("127.0.0.1:5432");
+    let cases = [
+        (
+            "down",
+            "postgres://postgres@127.0.0.1:1/test".to_owned(),
+            true,
+            "",
+        ),
+        (
+            "no database",
+            format!("{scheme_user}@{host}/rerun_no_such_database"),
+            false,
+            "does not exist",
+        ),
+        (
+            "no role",
+            format!("postgres://rerun_no_such_role@{host}/test"),
+            false,
+            "rerun_no_such_role",
+        ),
+    ];
+    let check = |name: &str, url: &str, retryable: bool, cause: &str| {
+        let err = match PostgresStore::connect(url) {
+            Ok(_) => panic!("{name}: connected"),
+            Err(e) => e,
+        };
+        let text = err.to_string();
+        assert!(matches!(err, Error::Store { .. }), "{name}: {text}");
+        assert_eq!(err.is_retryable(), retryable, "{name}: {text}");
+        assert!(text.contains(cause), "{name}: {text}");
+    };
+    for (name, url, retryable, cause) in &cases {
+        check(name, url, *retryable, cause);
+    }
+    for flavor in ["current", "multi"] {
+        let rt = match flavor {
+            "current" => tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap(),
+            _ => tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .unwrap(),
+        };
+        rt.block_on(async {
+            for (name, url, retryable, cause) in &cases {
+                check(
+                    &format!("{name} in a {flavor}-thread runtime"),
+                    url,
+                    *retryable,
+                    cause,
+                );
+            }
+        });
+        // The global store's URL path too: an error, not a panic.
+        rt.block_on(async {
+            assert!(rerun_core::open_url("postgres://postgres@127.0.0.1:1/test").is_err());
+        });
+    }
+}
+
+/// A row whose lease or expiry is NULL cannot be judged: it is `Corrupt`, not a retryable
+/// failure, and it is left untouched.
+#[test]
+fn null_leases_and_expiries_are_corrupt() {
+    let Some(url) = url() else { return };
+    let (store, t) = fresh(&url, "nulls");
+    let fp = Fingerprint::of(&()).unwrap();
+    let h = Holder::current();
+    let held = Key::new("s", "held");
+    claimed(store.claim(&request(&held, &fp, &h, LONG)));
+    let done = Key::new("s", "done");
+    let c = claimed(store.claim(&request(&done, &fp, &h, LONG)));
+    store.complete(&c, b"r", LONG).unwrap();
+    psql(
+        &url,
+        &format!(
+            "UPDATE \"{0}\" SET lease_until = NULL WHERE status = 'in_progress'; \
+             UPDATE \"{0}\" SET expires_at = NULL WHERE status = 'completed'",
+            t.name
+        ),
+    )
+    .unwrap();
+    for key in [&held, &done] {
+        let err = store.claim(&request(key, &fp, &h, LONG)).unwrap_err();
+        assert!(
+            matches!(err, Error::Corrupt { .. }) && !err.is_retryable(),
+            "{key}: {err}"
+        );
+    }
+    let rows = psql(
+        &url,
+        &format!(
+            "SELECT count(*) FROM \"{}\" WHERE lease_until IS NULL AND expires_at IS NULL",
+            t.name
+        ),
+    )
+    .unwrap();
+    assert_eq!(rows[0][0].as_deref(), Some("2"), "left untouched");
+}
+
 #[test]
 fn many_instances_create_the_schema_at_once() {
     let Some(url) = url() else { return };

@@ -89,21 +89,34 @@ impl RedisStore {
     /// A new sync connection; `key` is the key of the call that needs it, for the error.
     pub(super) fn open_sync(&self, key: Option<&Key>, limit: Duration) -> Result<SyncConn, Error> {
         let inner = &self.inner;
+        let started = Instant::now();
+        // The handshake may read a reply per step (AUTH, SELECT), each with this timeout: a
+        // third of the limit each leaves the rest for naming the connection.
         let mut conn = inner
             .client
-            .get_connection_with_timeout(inner.connect_timeout.min(limit))
+            .get_connection_with_timeout(inner.connect_timeout.min(limit / 3))
             .map_err(|e| self.connect_err(key, "connecting", e))?;
-        conn.set_read_timeout(Some(limit))
-            .and_then(|()| conn.set_write_timeout(Some(limit)))
+        // The handshake above took part of the limit; naming the connection gets the rest.
+        let left = limit
+            .saturating_sub(started.elapsed())
+            .max(Duration::from_millis(1));
+        conn.set_read_timeout(Some(left))
+            .and_then(|()| conn.set_write_timeout(Some(left)))
             .map_err(|e| self.connect_err(key, "setting timeouts", e))?;
         redis::cmd("CLIENT")
             .arg("SETNAME")
             .arg(&inner.client_name)
             .query::<()>(&mut conn)
-            .map_err(|e| self.connect_err(key, "naming the connection", e))?;
+            .map_err(|e| {
+                if e.is_timeout() {
+                    self.timed_out(key, "naming a new connection", limit)
+                } else {
+                    self.connect_err(key, "naming the connection", e)
+                }
+            })?;
         Ok(SyncConn {
             conn,
-            timeout: limit,
+            timeout: left,
         })
     }
 

@@ -276,11 +276,20 @@ impl RedisStore {
                 options.client_name
             )));
         }
-        let client = Client::open(driver_url.as_str()).map_err(|e| {
+        let not_a_url = |e: redis::RedisError| {
             Error::config(format!(
                 "{redacted} is not a Redis URL ({e}); expected redis://[:password@]host[:port][/db]"
             ))
-        })?;
+        };
+        let info = Client::open(driver_url.as_str())
+            .map_err(not_a_url)?
+            .get_connection_info()
+            .clone();
+        // The driver's handshake would pipeline `CLIENT SETINFO`, whose replies are read one
+        // timeout each: skipped, so that opening a connection stays inside a call's deadline
+        // (rerun names its connections itself).
+        let settings = info.redis_settings().clone().set_skip_set_lib_name();
+        let client = Client::open(info.set_redis_settings(settings)).map_err(not_a_url)?;
         let mut store = RedisStore {
             inner: Arc::new(Inner {
                 client,
