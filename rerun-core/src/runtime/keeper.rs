@@ -504,6 +504,7 @@ impl Drop for Sleep {
 
 /// Runs `fut` for at most `limit`; `None` when the time ran out first. Needs no async runtime
 /// (and no timer of one): the keeper's scheduler serves the deadline.
+#[cfg_attr(not(any(feature = "postgres", feature = "redis")), allow(dead_code))]
 pub(crate) async fn deadline<F: Future>(limit: Duration, fut: F) -> Option<F::Output> {
     let mut fut = std::pin::pin!(fut);
     let mut timer = std::pin::pin!(sleep(limit));

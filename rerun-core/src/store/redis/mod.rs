@@ -452,16 +452,16 @@ impl RedisStore {
 
     /// The error for a `once` claim that did not reach the durability asked for, and the claim
     /// to give back (its body has not started).
-    fn not_durable(response: ClaimResponse, why: String) -> (Option<Claim>, Error) {
+    fn not_durable(response: ClaimResponse, why: String) -> Durable {
         match response {
             ClaimResponse::Claimed(claim) => {
                 let e = Error::store_msg(
                     Some(&claim.key),
                     format!("{why}; the claim was given back and the body did not start"),
                 );
-                (Some(claim), e)
+                Durable::GiveBack(Some(claim), e)
             }
-            other => (
+            other => Durable::GiveBack(
                 None,
                 Error::store_msg(None, format!("{why} (the claim script answered {other:?})")),
             ),
@@ -472,16 +472,24 @@ impl RedisStore {
     fn durable_answer(
         response: ClaimResponse,
         waited: Option<redis::RedisResult<Result<(), String>>>,
-    ) -> Result<ClaimResponse, (Option<Claim>, Error)> {
+    ) -> Durable {
         match waited {
-            None | Some(Ok(Ok(()))) => Ok(response),
-            Some(Ok(Err(why))) => Err(RedisStore::not_durable(response, why)),
-            Some(Err(e)) => Err(RedisStore::not_durable(
+            None | Some(Ok(Ok(()))) => Durable::Ready(response),
+            Some(Ok(Err(why))) => RedisStore::not_durable(response, why),
+            Some(Err(e)) => RedisStore::not_durable(
                 response,
                 format!("waiting for the claim to be durable failed: {e}"),
-            )),
+            ),
         }
     }
+}
+
+/// What a durable `once` claim came to.
+enum Durable {
+    /// The claim (or the script's other answer) stands.
+    Ready(ClaimResponse),
+    /// The claim did not reach the durability asked for: give it back, fail with the error.
+    GiveBack(Option<Claim>, Error),
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -530,14 +538,17 @@ impl Store for RedisStore {
             Ok((reply, waited))
         })?;
         let response = parse_claim(req, &reply)?;
-        RedisStore::durable_answer(response, waited).or_else(|(claim, e)| {
-            if let Some(claim) = claim {
-                if let Err(e) = self.release(&claim) {
-                    tracing::warn!(key = %claim.key, error = %e, "rerun: could not give back a claim that did not reach its durability; its lease will end it");
+        match RedisStore::durable_answer(response, waited) {
+            Durable::Ready(response) => Ok(response),
+            Durable::GiveBack(claim, e) => {
+                if let Some(claim) = claim {
+                    if let Err(e) = self.release(&claim) {
+                        tracing::warn!(key = %claim.key, error = %e, "rerun: could not give back a claim that did not reach its durability; its lease will end it");
+                    }
                 }
+                Err(e)
             }
-            Err(e)
-        })
+        }
     }
 
     fn complete(&self, claim: &Claim, result: &[u8], ttl: Duration) -> Result<(), Error> {
@@ -748,8 +759,8 @@ impl AsyncStore for RedisStore {
                 .await?;
             let response = parse_claim(req, &reply)?;
             match RedisStore::durable_answer(response, waited) {
-                Ok(response) => Ok(response),
-                Err((claim, e)) => {
+                Durable::Ready(response) => Ok(response),
+                Durable::GiveBack(claim, e) => {
                     if let Some(claim) = claim {
                         if let Err(e) = self.release_async(&claim).await {
                             tracing::warn!(key = %claim.key, error = %e, "rerun: could not give back a claim that did not reach its durability; its lease will end it");

@@ -204,7 +204,7 @@ pub(super) fn hung_store<F: Factory>(factory: &F, _: &Settings) -> Result<Tally,
     let returned_after = Mutex::new(None);
     let healthy_tally = std::thread::scope(|s| {
         let holder = s.spawn(|| {
-            let r = Call::new(scope.clone(), "hung")
+            Call::new(scope.clone(), "hung")
                 .lease(lease)
                 .run(&hung, || {
                     hung_bodies.fetch_add(1, Ordering::SeqCst);
@@ -213,8 +213,7 @@ pub(super) fn hung_store<F: Factory>(factory: &F, _: &Settings) -> Result<Tally,
                         std::thread::sleep(Duration::from_millis(5));
                     }
                     Ok::<_, Error>("first".to_owned())
-                });
-            r
+                })
         });
         while !started.load(Ordering::SeqCst) && !holder.is_finished() {
             std::thread::sleep(Duration::from_millis(5));

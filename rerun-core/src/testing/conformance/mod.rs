@@ -65,10 +65,13 @@ pub trait Factory: Send + Sync + 'static {
     /// SQLite file write-locked by another connection, a TCP proxy that stops forwarding, see
     /// [`crate::testing::proxy::Proxy`]). `None` (the default) for a store without a backend
     /// that can hang; the deadline checks are then skipped.
-    fn hanging(&self) -> Option<Result<(Self::Store, Box<dyn Hang>), Error>> {
+    fn hanging(&self) -> Option<Result<Hanging<Self::Store>, Error>> {
         None
     }
 }
+
+/// A store whose backend can be made to hang, and the switch that does it.
+pub type Hanging<S> = (S, Box<dyn Hang>);
 
 /// Makes a store's backend hang, and recover: see [`Factory::hanging`].
 pub trait Hang: Send + Sync {
