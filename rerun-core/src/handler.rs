@@ -9,7 +9,7 @@ use serde::Serialize;
 use crate::error::Error;
 use crate::fingerprint::Fingerprint;
 use crate::key::Key;
-use crate::runtime::{Call, Options, Reconciled};
+use crate::runtime::{Call, Options, Outcome, Reconciled};
 use crate::store::{AsyncStore, Store};
 
 /// A value that knows its own dedupe key, payload fingerprint and options.
@@ -87,6 +87,29 @@ pub trait Handle: Idempotent {
     fn handle(&self) -> Result<Self::Output, Self::Error>;
     /// Runs [`Handle::handle`] idempotently on `store`.
     fn run<S: Store + ?Sized>(&self, store: &S) -> Result<Self::Output, Self::Error> {
+        self.run_outcome(store).map(|o| o.value)
+    }
+    /// [`Handle::run`], saying also whether the result was replayed (and its fence).
+    ///
+    /// ```
+    /// # use rerun_core::{Handle, Idempotent, MemoryStore};
+    /// # use serde::{Deserialize, Serialize};
+    /// # #[derive(Serialize, Deserialize, Idempotent)]
+    /// # struct Paid { #[rerun(key)] id: u32 }
+    /// # impl Handle for Paid {
+    /// #     type Output = u32;
+    /// #     type Error = rerun_core::Error;
+    /// #     fn handle(&self) -> Result<u32, rerun_core::Error> { Ok(self.id) }
+    /// # }
+    /// let store = MemoryStore::new();
+    /// assert!(!Paid { id: 1 }.run_outcome(&store)?.replayed);
+    /// assert!(Paid { id: 1 }.run_outcome(&store)?.replayed);
+    /// # Ok::<(), rerun_core::Error>(())
+    /// ```
+    fn run_outcome<S: Store + ?Sized>(
+        &self,
+        store: &S,
+    ) -> Result<Outcome<Self::Output>, Self::Error> {
         let call = self.call()?;
         let key = call.key().clone();
         call.run_reconciled(
@@ -97,7 +120,6 @@ pub trait Handle: Idempotent {
             },
             || self.handle(),
         )
-        .map(|o| o.value)
     }
 }
 
@@ -114,6 +136,13 @@ pub trait AsyncHandle: Idempotent + Sync {
         &self,
         store: &S,
     ) -> impl Future<Output = Result<Self::Output, Self::Error>> + Send {
+        async move { self.run_outcome_async(store).await.map(|o| o.value) }
+    }
+    /// [`AsyncHandle::run_async`], saying also whether the result was replayed (and its fence).
+    fn run_outcome_async<S: AsyncStore + ?Sized>(
+        &self,
+        store: &S,
+    ) -> impl Future<Output = Result<Outcome<Self::Output>, Self::Error>> + Send {
         async move {
             let call = self.call()?;
             let key = call.key().clone();
@@ -125,7 +154,6 @@ pub trait AsyncHandle: Idempotent + Sync {
             };
             call.run_async_reconciled(store, reconcile, self.handle())
                 .await
-                .map(|o| o.value)
         }
     }
 }

@@ -56,6 +56,7 @@ pub use holder::Holder;
 pub use key::{IntoKey, Key};
 pub use record::{Fence, RecordView, Status};
 pub use recover::{recover, Recovery};
+pub use runtime::observe::{observe, observe_async, Observed};
 pub use runtime::{Call, Options, Outcome, Reconciled};
 pub use store::memory::MemoryStore;
 #[cfg(feature = "postgres")]

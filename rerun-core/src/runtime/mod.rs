@@ -5,6 +5,7 @@
 
 mod call;
 pub(crate) mod keeper;
+pub mod observe;
 mod options;
 mod steps;
 

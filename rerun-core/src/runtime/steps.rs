@@ -319,8 +319,37 @@ async fn record<B: Backend, T: Serialize + DeserializeOwned>(
     }
 }
 
-/// Runs one call: claim-or-fetch, then the body (or the reconcile function), then record.
+/// Runs one call: claim-or-fetch, then the body (or the reconcile function), then record; and
+/// tells an [`observe`](crate::observe) in progress what it did.
 pub(crate) async fn drive<B, T, E, R, RF, F, FF>(
+    backend: &B,
+    key: &Key,
+    fingerprint: Fingerprint,
+    options: Options,
+    reconcile: Option<R>,
+    body: F,
+) -> Result<Outcome<T>, E>
+where
+    B: Backend,
+    T: Serialize + DeserializeOwned,
+    E: From<Error>,
+    R: FnOnce() -> RF,
+    RF: Future<Output = Result<Reconciled<T>, E>>,
+    F: FnOnce() -> FF,
+    FF: Future<Output = Result<T, E>>,
+{
+    let out = run(backend, key, fingerprint, options, reconcile, body).await;
+    if let Ok(o) = &out {
+        crate::runtime::observe::note(crate::runtime::observe::Observed {
+            replayed: o.replayed,
+            fence: o.fence,
+        });
+    }
+    out
+}
+
+/// [`drive`] without the report.
+async fn run<B, T, E, R, RF, F, FF>(
     backend: &B,
     key: &Key,
     fingerprint: Fingerprint,
