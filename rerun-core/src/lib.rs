@@ -57,7 +57,7 @@ pub use key::{IntoKey, Key};
 pub use record::{Fence, RecordView, Status};
 pub use recover::{recover, Recovery};
 pub use runtime::observe::{observe, observe_async, Observed};
-pub use runtime::{Call, Options, Outcome, Reconciled};
+pub use runtime::{Call, Options, Outcome, Reconciled, MAX_DURATION, MIN_LEASE};
 pub use store::memory::MemoryStore;
 #[cfg(feature = "postgres")]
 pub use store::postgres::PostgresStore;

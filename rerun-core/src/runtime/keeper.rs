@@ -557,6 +557,44 @@ mod tests {
     }
 
     #[test]
+    fn a_waker_that_panics_does_not_stop_the_timers() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        use std::task::Wake;
+        struct Panics;
+        impl Wake for Panics {
+            fn wake(self: Arc<Self>) {
+                panic!("a waker that panics (on purpose)");
+            }
+        }
+        let mut bad = Box::pin(sleep(Duration::from_millis(5)));
+        let waker = Waker::from(Arc::new(Panics));
+        assert!(bad
+            .as_mut()
+            .poll(&mut Context::from_waker(&waker))
+            .is_pending());
+        std::thread::sleep(Duration::from_millis(30));
+        // A later timer still fires: the scheduler survived the panicking waker.
+        let fired = Arc::new(AtomicBool::new(false));
+        struct Flag(Arc<AtomicBool>);
+        impl Wake for Flag {
+            fn wake(self: Arc<Self>) {
+                self.0.store(true, Ordering::SeqCst);
+            }
+        }
+        let mut good = Box::pin(sleep(Duration::from_millis(5)));
+        let waker = Waker::from(Arc::new(Flag(fired.clone())));
+        assert!(good
+            .as_mut()
+            .poll(&mut Context::from_waker(&waker))
+            .is_pending());
+        let until = Instant::now() + Duration::from_secs(5);
+        while !fired.load(Ordering::SeqCst) && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(fired.load(Ordering::SeqCst));
+    }
+
+    #[test]
     fn renewals_run_and_settling_reports_a_held_lease() {
         let store = MemoryStore::new();
         let lease = Duration::from_millis(90);

@@ -21,7 +21,7 @@ use crate::runtime::{Call, Reconciled};
 use crate::store::Store;
 
 pub(super) fn run_all<F: Factory>(factory: &F, settings: &Settings, report: &mut Report) {
-    let checks: [(&'static str, Check<F>); 22] = [
+    let checks: [(&'static str, Check<F>); 23] = [
         ("replay", replay),
         ("thread_storm", thread_storm),
         ("thread_storm_wait", thread_storm_wait),
@@ -41,6 +41,7 @@ pub(super) fn run_all<F: Factory>(factory: &F, settings: &Settings, report: &mut
         ("hung_neighbour", super::faults::hung_neighbour),
         ("panicking_renew", super::faults::panicking_renew),
         ("hung_store", super::faults::hung_store),
+        ("hung_store_async", super::faults::hung_store_async),
         ("key_domain", super::faults::key_domain),
         ("result_domain", super::faults::result_domain),
         ("large_values", super::faults::large_values),

@@ -183,6 +183,54 @@ pub(super) fn panicking_renew<F: Factory>(factory: &F, _: &Settings) -> Result<T
 /// healthy store of the same kind holds another. The healthy claim is not taken over; the hung
 /// claim's completion is `LeaseLost`; every call returns within its deadline.
 pub(super) fn hung_store<F: Factory>(factory: &F, _: &Settings) -> Result<Tally, Error> {
+    hung_store_in(factory, Mode::Sync)
+}
+
+/// [`hung_store`] with async calls (the store's async half, on a multi-threaded runtime).
+pub(super) fn hung_store_async<F: Factory>(factory: &F, _: &Settings) -> Result<Tally, Error> {
+    hung_store_in(factory, Mode::Async)
+}
+
+/// Which half of a store a check calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Sync,
+    Async,
+}
+
+/// The runtime of the async checks here.
+fn runtime() -> Result<&'static tokio::runtime::Runtime, Error> {
+    static RT: std::sync::OnceLock<Result<tokio::runtime::Runtime, String>> =
+        std::sync::OnceLock::new();
+    RT.get_or_init(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .map_err(|e| e.to_string())
+    })
+    .as_ref()
+    .map_err(|e| Error::store_msg(None, format!("starting a runtime: {e}")))
+}
+
+/// Runs `call` on `store`'s sync or async half.
+fn run_in<S, T>(
+    mode: Mode,
+    store: &S,
+    call: Call,
+    body: impl FnOnce() -> Result<T, Error> + Send,
+) -> Result<crate::runtime::Outcome<T>, Error>
+where
+    S: crate::store::DynStore + ?Sized,
+    T: serde::Serialize + serde::de::DeserializeOwned + Send,
+{
+    match mode {
+        Mode::Sync => call.run(store, body),
+        Mode::Async => runtime()?.block_on(call.run_async(store, async move { body() })),
+    }
+}
+
+fn hung_store_in<F: Factory>(factory: &F, mode: Mode) -> Result<Tally, Error> {
     let Some(hanging) = factory.hanging() else {
         let mut t = Tally::default();
         t.notes
@@ -204,16 +252,15 @@ pub(super) fn hung_store<F: Factory>(factory: &F, _: &Settings) -> Result<Tally,
     let returned_after = Mutex::new(None);
     let healthy_tally = std::thread::scope(|s| {
         let holder = s.spawn(|| {
-            Call::new(scope.clone(), "hung")
-                .lease(lease)
-                .run(&hung, || {
-                    hung_bodies.fetch_add(1, Ordering::SeqCst);
-                    started.store(true, Ordering::SeqCst);
-                    while !go.load(Ordering::SeqCst) {
-                        std::thread::sleep(Duration::from_millis(5));
-                    }
-                    Ok::<_, Error>("first".to_owned())
-                })
+            let call = Call::new(scope.clone(), "hung").lease(lease);
+            run_in(mode, &hung, call, || {
+                hung_bodies.fetch_add(1, Ordering::SeqCst);
+                started.store(true, Ordering::SeqCst);
+                while !go.load(Ordering::SeqCst) {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                Ok::<_, Error>("first".to_owned())
+            })
         });
         while !started.load(Ordering::SeqCst) && !holder.is_finished() {
             std::thread::sleep(Duration::from_millis(5));
@@ -230,7 +277,9 @@ pub(super) fn hung_store<F: Factory>(factory: &F, _: &Settings) -> Result<Tally,
             *returned_after.lock().unwrap_or_else(|p| p.into_inner()) = Some(t0.elapsed());
             // A call on the hung backend for another key returns within the store's timeout.
             let t1 = Instant::now();
-            let other = Call::new(scope.clone(), "other").run(&hung, || Ok::<_, Error>(()));
+            let other = run_in(mode, &hung, Call::new(scope.clone(), "other"), || {
+                Ok::<_, Error>(())
+            });
             let took = t1.elapsed();
             hang.thaw();
             (holder.join(), other, took)

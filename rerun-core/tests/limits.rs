@@ -1,0 +1,61 @@
+//! What a call refuses before it touches the store: scopes outside the rule (contract 3, 6.6),
+//! durations outside the limits. Each is `Error::Config` naming the fix; nothing is written.
+
+use std::time::Duration;
+
+use rerun_core::{Call, Error, Key, MemoryStore, Store, MAX_DURATION, MIN_LEASE};
+
+fn refused(call: Call, store: &MemoryStore) -> String {
+    let key = call.key().clone();
+    let err = call.run(store, || Ok::<_, Error>(1)).unwrap_err();
+    assert!(matches!(err, Error::Config { .. }), "{err:?}");
+    assert!(store.inspect(&key).unwrap().is_none(), "{key} was written");
+    err.to_string()
+}
+
+#[test]
+fn scopes_outside_the_rule_are_config_errors() {
+    let store = MemoryStore::new();
+    for scope in ["", "  ", "billing\tcharge", "line\nbreak", "nul\0"] {
+        let text = refused(Call::new(scope.to_owned(), "k"), &store);
+        assert!(text.contains("scope"), "{scope:?}: {text}");
+        assert!(!text.contains('\t') && !text.contains('\n'), "{text:?}");
+    }
+    let long = "a".repeat(513);
+    let text = refused(Call::new(long, "k"), &store);
+    assert!(text.contains("512"), "{text}");
+    // The longest allowed and unusual but valid characters are fine.
+    for scope in [
+        "a".repeat(512),
+        "<a::B as c::D>::e".to_owned(),
+        "é/ü:1".to_owned(),
+    ] {
+        Call::new(scope, "k")
+            .run(&store, || Ok::<_, Error>(1))
+            .unwrap();
+    }
+}
+
+#[test]
+fn durations_outside_the_limits_are_config_errors() {
+    let store = MemoryStore::new();
+    let text = refused(Call::new("s", "short").lease(MIN_LEASE / 2), &store);
+    assert!(text.contains("minimum lease"), "{text}");
+    let text = refused(Call::new("s", "zero").lease(Duration::ZERO), &store);
+    assert!(text.contains("minimum lease"), "{text}");
+    refused(Call::new("s", "ttl-max").ttl(Duration::MAX), &store);
+    refused(Call::new("s", "ttl-zero").ttl(Duration::ZERO), &store);
+    refused(
+        Call::new("s", "wait").wait(MAX_DURATION + Duration::from_secs(1)),
+        &store,
+    );
+    refused(Call::new("s", "lease").lease(MAX_DURATION * 2), &store);
+    // At the limits, calls run.
+    Call::new("s", "edges")
+        .ttl(MAX_DURATION)
+        .lease(MIN_LEASE)
+        .wait(Duration::ZERO)
+        .run(&store, || Ok::<_, Error>(1))
+        .unwrap();
+    assert!(store.inspect(&Key::new("s", "edges")).unwrap().is_some());
+}
