@@ -21,8 +21,12 @@
 //! Integers encode by value: `7u8` and `7i64` are one key. `str`, `String` and `Cow<str>` are
 //! one key for the same text; byte slices, arrays and `Vec<u8>` for the same bytes.
 
+mod readable;
+
 use std::borrow::Cow;
 use std::fmt::{self, Write as _};
+
+pub use readable::ParseKeyError;
 
 /// A dedupe key: the scope it lives in and the canonical encoding of its value.
 ///
@@ -40,10 +44,10 @@ use std::fmt::{self, Write as _};
 ///
 /// ```
 /// use rerun_core::Key;
-/// assert_eq!(Key::new("mail", "a\nb").to_string(), r"key mail/s3:a\nb");
+/// assert_eq!(Key::new("mail", "a\nb").to_string(), r#"key mail/"a\nb""#);
 /// let big = Key::new("upload", &vec![0u8; 1 << 20]);
 /// assert!(big.to_string().len() < 300);
-/// assert!(big.to_string().ends_with("…(2097161 bytes)"));
+/// assert!(big.to_string().ends_with("…(2097154 bytes)"));
 /// ```
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Key {
@@ -81,25 +85,58 @@ impl Key {
     pub fn id(&self) -> &str {
         &self.id
     }
+
+    /// The key's value as people read and type it (see the `readable` table in the module
+    /// docs): a plain text as itself, other values in a short literal syntax.
+    ///
+    /// ```
+    /// use rerun_core::Key;
+    /// assert_eq!(Key::new("s", "evt_42").readable_id(), "evt_42");
+    /// assert_eq!(Key::new("s", "42").readable_id(), r#""42""#);
+    /// assert_eq!(Key::new("s", &("cus_1", 42u64, true)).readable_id(), "(cus_1, 42, true)");
+    /// assert_eq!(Key::new("s", &[0xabu8, 1][..]).readable_id(), "0xab01");
+    /// ```
+    pub fn readable_id(&self) -> String {
+        readable::readable(&self.id)
+    }
+
+    /// The key whose readable form ([`Key::readable_id`]) is `text`, in `scope`: a text typed
+    /// as itself is the string key it reads as.
+    ///
+    /// ```
+    /// use rerun_core::Key;
+    /// assert_eq!(Key::parse("s", "evt_42")?, Key::new("s", "evt_42"));
+    /// assert_eq!(Key::parse("s", "(cus_1, 42)")?, Key::new("s", &("cus_1", 42)));
+    /// assert_eq!(Key::parse("s", r#""a b""#)?, Key::new("s", "a b"));
+    /// assert!(Key::parse("s", "(unclosed").is_err());
+    /// # Ok::<(), rerun_core::key::ParseKeyError>(())
+    /// ```
+    pub fn parse(scope: impl Into<Cow<'static, str>>, text: &str) -> Result<Key, ParseKeyError> {
+        Ok(Key {
+            scope: scope.into(),
+            id: readable::parse(text)?,
+        })
+    }
 }
 
 /// How many bytes of a scope or an id `Display` and `Debug` show.
 const SHOWN_BYTES: usize = 200;
 
 /// A scope or id as it is shown in logs: control and bidirectional-formatting characters and
-/// `\` escaped, and cut after [`SHOWN_BYTES`] with the full length.
-struct Shown<'a>(&'a str);
+/// `\` escaped (unless the text is a readable id, which has none raw), and cut after
+/// [`SHOWN_BYTES`] with the full length.
+struct Shown<'a>(&'a str, bool);
 
 impl fmt::Display for Shown<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let text = self.0;
+        let Shown(text, escape) = *self;
         let mut shown = 0;
         for c in text.chars() {
             if text.len() > SHOWN_BYTES && shown + c.len_utf8() > SHOWN_BYTES {
                 return write!(f, "…({} bytes)", text.len());
             }
             shown += c.len_utf8();
-            if c == '\\' {
+            if escape && c == '\\' {
                 f.write_str("\\\\")?;
             } else if c.is_control() || is_bidi_control(c) {
                 write!(f, "{}", c.escape_default())?;
@@ -118,13 +155,23 @@ fn is_bidi_control(c: char) -> bool {
 
 impl fmt::Display for Key {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "key {}/{}", Shown(&self.scope), Shown(&self.id))
+        write!(
+            f,
+            "key {}/{}",
+            Shown(&self.scope, true),
+            Shown(&self.readable_id(), false)
+        )
     }
 }
 
 impl fmt::Debug for Key {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Key({}/{})", Shown(&self.scope), Shown(&self.id))
+        write!(
+            f,
+            "Key({}/{})",
+            Shown(&self.scope, true),
+            Shown(&self.readable_id(), false)
+        )
     }
 }
 
@@ -441,13 +488,14 @@ mod tests {
     #[test]
     fn display_escapes_control_characters() {
         let key = Key::new("billing\tcharge", "a\nb\0c\u{1b}[31m\u{202e}\\");
+        // The id reads as its readable form: quoted, every control escaped.
         assert_eq!(
             key.to_string(),
-            r"key billing\tcharge/s14:a\nb\u{0}c\u{1b}[31m\u{202e}\\"
+            r#"key billing\tcharge/"a\nb\0c\u{1b}[31m\u{202e}\\""#
         );
         assert_eq!(
             format!("{key:?}"),
-            r"Key(billing\tcharge/s14:a\nb\u{0}c\u{1b}[31m\u{202e}\\)"
+            r#"Key(billing\tcharge/"a\nb\0c\u{1b}[31m\u{202e}\\")"#
         );
     }
 
@@ -457,18 +505,18 @@ mod tests {
         let shown = key.to_string();
         assert!(shown.len() < 260, "{} bytes", shown.len());
         assert!(
-            shown.ends_with(&format!("…({} bytes)", key.id().len())),
+            shown.ends_with(&format!("…({} bytes)", key.readable_id().len())),
             "{shown}"
         );
-        assert!(shown.starts_with("key s/s1048576:éé"), "{shown}");
+        assert!(shown.starts_with("key s/\"éé"), "{shown}");
         let scope: String = "a".repeat(300);
         let key = Key::from_parts(scope, "i1");
         assert_eq!(
             format!("{key:?}"),
-            format!("Key({}…(300 bytes)/i1)", "a".repeat(200))
+            format!("Key({}…(300 bytes)/1)", "a".repeat(200))
         );
         // Exactly at the limit: shown whole.
-        let key = Key::from_parts("s", "b".repeat(SHOWN_BYTES));
+        let key = Key::new("s", &"b".repeat(SHOWN_BYTES));
         assert_eq!(
             key.to_string(),
             format!("key s/{}", "b".repeat(SHOWN_BYTES))
@@ -761,6 +809,27 @@ mod tests {
             #[test]
             fn same_key_exactly_when_same_value(a in value(), b in value()) {
                 prop_assert_eq!(a.meaning() == b.meaning(), id(&a) == id(&b), "{:?} / {:?}: {} / {}", a, b, id(&a), id(&b));
+            }
+
+            /// The readable form reads back as the same key, never holds a raw control
+            /// character, and two keys read alike only when they are one key.
+            #[test]
+            fn the_readable_form_round_trips(a in value(), b in value()) {
+                let (ida, idb) = (id(&a), id(&b));
+                let (ra, rb) = (readable::readable(&ida), readable::readable(&idb));
+                prop_assert!(!ra.starts_with("raw!"), "{} read as {}", ida, ra);
+                prop_assert_eq!(readable::parse(&ra), Ok(ida.clone()), "{}", ra);
+                prop_assert!(!ra.chars().any(char::is_control), "{:?}", ra);
+                prop_assert_eq!(ra == rb, ida == idb);
+            }
+
+            /// Any text at all reads back as the id it names (through `raw!` if it is not an
+            /// encoding), and parsing never panics on what a person types.
+            #[test]
+            fn any_id_and_any_typing_are_safe(raw in ".{0,40}", typed in ".{0,40}") {
+                let r = readable::readable(&raw);
+                prop_assert_eq!(readable::parse(&r), Ok(raw.clone()), "{:?}", r);
+                let _ = readable::parse(&typed);
             }
 
             #[test]
