@@ -56,6 +56,22 @@ pub fn global() -> Result<&'static dyn DynStore, Error> {
     Ok(&**store)
 }
 
+/// Chooses the process-wide store now, from `RERUN_STORE` (or the SQLite default), opening it
+/// and checking that it works: call it at start-up so that a bad URL, an unreachable server or
+/// a folder that cannot be written is an error there, not at the first request on some worker
+/// thread. Returns the store (the one `init` set, if it was called first).
+///
+/// ```no_run
+/// fn main() -> Result<(), rerun_core::Error> {
+///     let store = rerun_core::init_from_env()?; // fails fast, with the cause and what to do
+///     tracing::info!(store = %store.describe(), "ready");
+///     # Ok(())
+/// }
+/// ```
+pub fn init_from_env() -> Result<&'static dyn DynStore, Error> {
+    global()
+}
+
 fn default_store() -> Result<Arc<dyn DynStore>, Error> {
     #[cfg(feature = "sqlite")]
     {

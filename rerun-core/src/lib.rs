@@ -50,12 +50,12 @@ pub mod testing;
 
 pub use error::{CorruptKind, Error};
 pub use fingerprint::Fingerprint;
-pub use global::{global, init, open_url, redact, DEFAULT_SQLITE_PATH};
+pub use global::{global, init, init_from_env, open_url, redact, DEFAULT_SQLITE_PATH};
 pub use handler::{AsyncHandle, Handle, Idempotent};
 pub use holder::Holder;
 pub use key::{IntoKey, Key};
 pub use record::{Fence, RecordView, Status};
-pub use recover::{recover, Recovery};
+pub use recover::{recover, Recover, Recovery};
 pub use runtime::observe::{observe, observe_async, Observed};
 pub use runtime::{Call, Options, Outcome, Reconciled, MAX_DURATION, MIN_LEASE};
 pub use store::memory::MemoryStore;

@@ -79,8 +79,13 @@ pub struct RecordView {
     pub lease_remaining: Option<Duration>,
     /// For a completed record: how long until it expires (`None` once it expired).
     pub expires_in: Option<Duration>,
-    /// For a completed record: the encoded result.
+    /// For a completed record: the encoded result (`None` too when a scan was asked to leave
+    /// results out, see [`crate::store::ScanFilter::without_results`]).
     pub result: Option<Vec<u8>>,
+    /// How long ago the record last changed state (claimed, renewed, completed, released), as
+    /// far as the store knows; `None` where it does not. For people and filters only: no
+    /// decision is made on it.
+    pub age: Option<Duration>,
 }
 
 /// A record as the local stores keep it.
@@ -316,6 +321,7 @@ impl LocalRecord {
                 _ => None,
             },
             result: self.result.clone(),
+            age: None,
         }
     }
 }

@@ -21,14 +21,14 @@ use std::fmt;
 use crate::error::Error;
 use crate::holder::Liveness;
 use crate::record::{Claim, RecordView, Status};
-use crate::store::Store;
+use crate::store::{ScanFilter, Store};
 
 /// Records read per page of the scan.
 const PAGE: usize = 500;
 /// Expired records deleted per call of [`Store::purge_expired`].
 const PURGE_BATCH: usize = 1000;
 
-/// What [`recover`] did; its `Display` is the line [`recover`] logs.
+/// What [`recover`] did (or, for a dry run, would do); its `Display` is the line it logs.
 ///
 /// ```
 /// use rerun_core::{recover, MemoryStore};
@@ -132,33 +132,115 @@ fn is_stale(record: &RecordView) -> bool {
 /// # Ok::<(), rerun_core::Error>(())
 /// ```
 pub fn recover<S: Store + ?Sized>(store: &S) -> Result<Recovery, Error> {
-    let mut done = Recovery::default();
-    let mut cursor: Option<String> = None;
-    loop {
-        let page = store.scan(cursor.as_deref(), PAGE)?;
-        for record in &page.records {
-            done.scanned += 1;
-            match record.status {
-                Status::InProgress if is_stale(record) => settle(store, record, &mut done)?,
-                Status::InProgress => done.live += 1,
-                Status::Unknown => done.unknown += 1,
-                Status::Completed | Status::Released => {}
+    Recover::new(store).run()
+}
+
+/// [`recover`] with options: a dry run, a scope prefix, and a report after every page (for a
+/// progress bar).
+///
+/// ```
+/// use rerun_core::{MemoryStore, Recover};
+/// let store = MemoryStore::new();
+/// let mut pages = 0;
+/// let planned = Recover::new(&store)
+///     .dry_run(true)
+///     .scope_prefix("billing.")
+///     .on_page(|so_far| pages += 1)
+///     .run()?;
+/// assert!(planned.changed_nothing());
+/// # Ok::<(), rerun_core::Error>(())
+/// ```
+#[must_use = "a Recover does nothing until it is run"]
+pub struct Recover<'s, 'p, S: ?Sized> {
+    store: &'s S,
+    dry_run: bool,
+    scope_prefix: Option<String>,
+    on_page: Option<Box<dyn FnMut(&Recovery) + 'p>>,
+}
+
+impl<'s, 'p, S: Store + ?Sized> Recover<'s, 'p, S> {
+    /// A recovery of `store`.
+    pub fn new(store: &'s S) -> Self {
+        Recover {
+            store,
+            dry_run: false,
+            scope_prefix: None,
+            on_page: None,
+        }
+    }
+    /// Only count what would change: nothing is written. The counts are those a real run
+    /// would start from (records may move meanwhile).
+    pub fn dry_run(mut self, dry_run: bool) -> Self {
+        self.dry_run = dry_run;
+        self
+    }
+    /// Only records whose scope starts with `prefix`.
+    pub fn scope_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.scope_prefix = Some(prefix.into());
+        self
+    }
+    /// Called with the counts so far after every page of records.
+    pub fn on_page(mut self, f: impl FnMut(&Recovery) + 'p) -> Self {
+        self.on_page = Some(Box::new(f));
+        self
+    }
+
+    /// Runs it: reads only the in-progress and unknown records (where the store can select
+    /// them cheaply), settles the stale claims, then purges expired records.
+    pub fn run(mut self) -> Result<Recovery, Error> {
+        let store = self.store;
+        let mut done = Recovery::default();
+        let mut filter = ScanFilter::new()
+            .status(Status::InProgress)
+            .status(Status::Unknown)
+            .without_results();
+        if let Some(p) = &self.scope_prefix {
+            filter = filter.scope_prefix(p.clone());
+        }
+        let mut cursor: Option<String> = None;
+        loop {
+            let page = store.scan_filtered(&filter, cursor.as_deref(), PAGE)?;
+            for record in page.records.iter().filter(|r| filter.matches(r)) {
+                done.scanned += 1;
+                match record.status {
+                    Status::InProgress if is_stale(record) => {
+                        if self.dry_run {
+                            if record.once {
+                                done.marked_unknown += 1;
+                            } else {
+                                done.released += 1;
+                            }
+                        } else {
+                            settle(store, record, &mut done)?;
+                        }
+                    }
+                    Status::InProgress => done.live += 1,
+                    Status::Unknown => done.unknown += 1,
+                    Status::Completed | Status::Released => {}
+                }
+            }
+            if let Some(f) = self.on_page.as_mut() {
+                f(&done);
+            }
+            match page.next {
+                Some(next) => cursor = Some(next),
+                None => break,
             }
         }
-        match page.next {
-            Some(next) => cursor = Some(next),
-            None => break,
+        if !self.dry_run && self.scope_prefix.is_none() {
+            loop {
+                let purged = store.purge_expired(PURGE_BATCH)?;
+                done.purged += purged;
+                if purged < PURGE_BATCH as u64 {
+                    break;
+                }
+            }
         }
-    }
-    loop {
-        let purged = store.purge_expired(PURGE_BATCH)?;
-        done.purged += purged;
-        if purged < PURGE_BATCH as u64 {
-            break;
+        if !self.dry_run {
+            tracing::info!(store = %store.describe(), "rerun recovery: {done}");
         }
+        Ok(done)
     }
-    tracing::info!(store = %store.describe(), "rerun recovery: {done}");
-    Ok(done)
 }
 
 /// Releases (replayable) or marks unknown (`once`) one stale claim, fenced on its fence.

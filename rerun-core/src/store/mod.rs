@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use crate::error::Error;
 use crate::key::Key;
-use crate::record::{Claim, ClaimRequest, ClaimResponse, RecordView};
+use crate::record::{Claim, ClaimRequest, ClaimResponse, RecordView, Status};
 
 pub mod memory;
 #[cfg(feature = "postgres")]
@@ -34,6 +34,77 @@ pub struct ScanPage {
     pub records: Vec<RecordView>,
     /// Where the next page starts; `None` when this was the last.
     pub next: Option<String>,
+}
+
+/// Which records a scan returns: see [`Store::scan_filtered`].
+///
+/// ```
+/// use rerun_core::store::ScanFilter;
+/// use rerun_core::Status;
+/// let stuck = ScanFilter::new()
+///     .scope_prefix("billing.")
+///     .status(Status::InProgress)
+///     .status(Status::Unknown)
+///     .without_results();
+/// # let _ = stuck;
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ScanFilter {
+    /// Only records whose scope starts with this.
+    pub scope_prefix: Option<String>,
+    /// Only records in one of these states; empty: every state.
+    pub statuses: Vec<Status>,
+    /// Leave results out of the records returned (`result` is `None`), so that a scan for
+    /// counts or stuck claims does not read every recorded result.
+    pub skip_results: bool,
+}
+
+impl ScanFilter {
+    /// Every record.
+    pub fn new() -> ScanFilter {
+        ScanFilter::default()
+    }
+    /// Only records whose scope starts with `prefix`.
+    pub fn scope_prefix(mut self, prefix: impl Into<String>) -> ScanFilter {
+        self.scope_prefix = Some(prefix.into());
+        self
+    }
+    /// Only records in `status` (call again to add more states).
+    pub fn status(mut self, status: Status) -> ScanFilter {
+        if !self.statuses.contains(&status) {
+            self.statuses.push(status);
+        }
+        self
+    }
+    /// Leave results out.
+    pub fn without_results(mut self) -> ScanFilter {
+        self.skip_results = true;
+        self
+    }
+    /// Whether `record` is one this filter selects.
+    pub fn matches(&self, record: &RecordView) -> bool {
+        self.scope_prefix
+            .as_deref()
+            .is_none_or(|p| record.key.scope().starts_with(p))
+            && (self.statuses.is_empty() || self.statuses.contains(&record.status))
+    }
+    /// The smallest scope above every scope that starts with the prefix (`None`: no bound),
+    /// for stores that page in byte order: the prefix with its last character incremented.
+    pub fn scope_upper_bound(&self) -> Option<String> {
+        let mut chars: Vec<char> = self.scope_prefix.as_deref()?.chars().collect();
+        while let Some(last) = chars.pop() {
+            let mut next = last as u32 + 1;
+            if (0xD800..=0xDFFF).contains(&next) {
+                next = 0xE000;
+            }
+            if let Some(c) = char::from_u32(next) {
+                chars.push(c);
+                return Some(chars.into_iter().collect());
+            }
+        }
+        None
+    }
 }
 
 /// A synchronous store of idempotency records.
@@ -72,6 +143,28 @@ pub trait Store: Send + Sync {
     /// returned twice across pages (as Redis `SCAN` may), never skipped if it existed during the
     /// whole scan.
     fn scan(&self, cursor: Option<&str>, limit: usize) -> Result<ScanPage, Error>;
+    /// [`Store::scan`], of only the records `filter` selects: up to about `limit` of them from
+    /// `cursor`, and the cursor of the next page (`None` after the last). A page may hold fewer
+    /// records than `limit` (even none) while a next page exists.
+    ///
+    /// The default scans every record and keeps the ones selected; stores that can select
+    /// cheaply (an index on status, scopes in key order) override it, so that finding the
+    /// few stuck claims among millions of completed records reads only those.
+    fn scan_filtered(
+        &self,
+        filter: &ScanFilter,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<ScanPage, Error> {
+        let mut page = self.scan(cursor, limit)?;
+        page.records.retain(|r| filter.matches(r));
+        if filter.skip_results {
+            for r in &mut page.records {
+                r.result = None;
+            }
+        }
+        Ok(page)
+    }
     /// Deletes up to `limit` completed records past their ttl; returns how many.
     fn purge_expired(&self, limit: usize) -> Result<u64, Error>;
     /// A shared handle to this store, with which rerun renews leases and releases claims from
@@ -161,6 +254,7 @@ macro_rules! forward_store {
             fn forget(&self, key: &Key) -> Result<bool, Error> { (**self).forget(key) }
             fn inspect(&self, key: &Key) -> Result<Option<RecordView>, Error> { (**self).inspect(key) }
             fn scan(&self, cursor: Option<&str>, limit: usize) -> Result<ScanPage, Error> { (**self).scan(cursor, limit) }
+            fn scan_filtered(&self, filter: &ScanFilter, cursor: Option<&str>, limit: usize) -> Result<ScanPage, Error> { (**self).scan_filtered(filter, cursor, limit) }
             fn purge_expired(&self, limit: usize) -> Result<u64, Error> { (**self).purge_expired(limit) }
             fn shared(&self) -> Arc<dyn Store> { (**self).shared() }
             fn describe(&self) -> String { (**self).describe() }
@@ -229,6 +323,29 @@ mod tests {
         }
         for bad in ["", "x", "3:ab", "a:b", "1:\u{e9}"] {
             assert!(decode_cursor(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn scope_upper_bounds_close_the_prefix_range() {
+        let bound = |p: &str| ScanFilter::new().scope_prefix(p).scope_upper_bound();
+        assert_eq!(bound("billing."), Some("billing/".to_owned()));
+        assert_eq!(bound("a\u{10FFFF}"), Some("b".to_owned()));
+        assert_eq!(bound("\u{D7FF}"), Some("\u{E000}".to_owned()));
+        assert_eq!(bound("\u{10FFFF}"), None);
+        assert_eq!(ScanFilter::new().scope_upper_bound(), None);
+        for (scope, inside) in [
+            ("billing.charge", true),
+            ("billing", false),
+            ("billing/x", false),
+        ] {
+            let upper = bound("billing.").unwrap_or_default();
+            assert_eq!(scope.starts_with("billing."), inside);
+            assert_eq!(
+                scope >= "billing." && scope < upper.as_str(),
+                inside,
+                "{scope}"
+            );
         }
     }
 }

@@ -454,5 +454,6 @@ fn view(row: &Row) -> Result<RecordView, Error> {
         lease_remaining,
         expires_in,
         result,
+        age: None,
     })
 }

@@ -222,5 +222,6 @@ pub(super) fn parse_view(
         lease_remaining: (status == Status::InProgress).then(|| left(6)).flatten(),
         expires_in: (status == Status::Completed).then(|| left(7)).flatten(),
         result: (status == Status::Completed).then_some(result).flatten(),
+        age: None,
     }))
 }
