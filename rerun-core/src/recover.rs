@@ -155,8 +155,11 @@ pub struct Recover<'s, 'p, S: ?Sized> {
     store: &'s S,
     dry_run: bool,
     scope_prefix: Option<String>,
-    on_page: Option<Box<dyn FnMut(&Recovery) + 'p>>,
+    on_page: Option<OnPage<'p>>,
 }
+
+/// The callback of [`Recover::on_page`].
+type OnPage<'p> = Box<dyn FnMut(&Recovery) + 'p>;
 
 impl<'s, 'p, S: Store + ?Sized> Recover<'s, 'p, S> {
     /// A recovery of `store`.
