@@ -57,6 +57,7 @@ pub use key::{IntoKey, Key};
 pub use record::{Fence, RecordView, Status};
 pub use recover::{recover, Recover, Recovery};
 pub use runtime::observe::{observe, observe_async, Observed};
+pub use runtime::telemetry;
 pub use runtime::{Call, Options, Outcome, Reconciled, MAX_DURATION, MIN_LEASE};
 pub use store::memory::MemoryStore;
 #[cfg(feature = "postgres")]

@@ -81,6 +81,12 @@ impl Key {
         &self.scope
     }
 
+    /// The scope, as it was given (static or owned).
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    pub(crate) fn scope_cow(&self) -> &Cow<'static, str> {
+        &self.scope
+    }
+
     /// The canonical encoding of the key's value.
     pub fn id(&self) -> &str {
         &self.id

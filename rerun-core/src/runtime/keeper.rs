@@ -34,6 +34,7 @@ use std::time::{Duration, Instant};
 
 use crate::error::Error;
 use crate::record::Claim;
+use crate::runtime::telemetry;
 use crate::store::Store;
 
 /// The most worker threads one process runs at once.
@@ -385,13 +386,21 @@ impl Keeper {
     /// One renewal, on a worker.
     fn renew(&'static self, id: u64, store: &dyn Store, claim: &Claim, lease: Duration) {
         let sent = Instant::now();
-        let result =
-            catch_unwind(AssertUnwindSafe(|| store.renew(claim, lease))).unwrap_or_else(|panic| {
-                Err(Error::store_msg(
-                    Some(&claim.key),
-                    format!("renewing the lease panicked: {}", panic_text(&*panic)),
-                ))
-            });
+        let kind = store.kind();
+        let result = catch_unwind(AssertUnwindSafe(|| {
+            telemetry::store_op_sync(kind, "renew", || store.renew(claim, lease))
+        }))
+        .unwrap_or_else(|panic| {
+            Err(Error::store_msg(
+                Some(&claim.key),
+                format!("renewing the lease panicked: {}", panic_text(&*panic)),
+            ))
+        });
+        telemetry::renewal(match &result {
+            Ok(()) => "ok",
+            Err(Error::LeaseLost { .. }) => "lost",
+            Err(_) => "failed",
+        });
         let mut state = self.lock();
         let now = Instant::now();
         let Some(l) = state.leases.get_mut(&id) else {

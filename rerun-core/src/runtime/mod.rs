@@ -8,6 +8,7 @@ pub(crate) mod keeper;
 pub mod observe;
 mod options;
 mod steps;
+pub mod telemetry;
 
 pub use call::{Call, Outcome, Reconciled};
 pub use options::{Options, MAX_DURATION, MIN_LEASE};

@@ -19,8 +19,10 @@ use crate::holder::{Holder, Liveness};
 use crate::key::Key;
 use crate::record::{Claim, ClaimRequest, ClaimResponse, Fence};
 use crate::runtime::keeper::{keeper, sleep, Job, LeaseState};
+use crate::runtime::telemetry::{self, Report, Verdict};
 use crate::runtime::{Options, Outcome, Reconciled};
 use crate::store::{AsyncStore, Store};
+use tracing::Instrument as _;
 
 /// The store operations one call needs, sync or async.
 pub(crate) trait Backend {
@@ -47,6 +49,8 @@ pub(crate) trait Backend {
     ) -> impl Future<Output = Result<(), Error>> + Send + 'a;
     fn sleep(&self, d: Duration) -> impl Future<Output = ()> + Send;
     fn shared(&self) -> Arc<dyn Store>;
+    /// The store's kind, for spans and metrics.
+    fn kind(&self) -> &'static str;
 }
 
 pub(crate) struct SyncBackend<'s, S: ?Sized>(pub &'s S);
@@ -87,6 +91,9 @@ impl<S: Store + ?Sized> Backend for SyncBackend<'_, S> {
     fn shared(&self) -> Arc<dyn Store> {
         self.0.shared()
     }
+    fn kind(&self) -> &'static str {
+        self.0.kind()
+    }
 }
 
 impl<S: AsyncStore + ?Sized> Backend for AsyncBackend<'_, S> {
@@ -122,6 +129,9 @@ impl<S: AsyncStore + ?Sized> Backend for AsyncBackend<'_, S> {
     }
     fn shared(&self) -> Arc<dyn Store> {
         self.0.shared()
+    }
+    fn kind(&self) -> &'static str {
+        self.0.kind()
     }
 }
 
@@ -290,7 +300,13 @@ async fn record<B: Backend, T: Serialize + DeserializeOwned>(
         }
     };
     let lease = held.settle();
-    match backend.complete(&held.claim, &bytes, ttl).await {
+    let completed = telemetry::store_op(
+        backend.kind(),
+        "complete",
+        backend.complete(&held.claim, &bytes, ttl),
+    )
+    .await;
+    match completed {
         Ok(()) => {
             checkpoint::hit(Point::Recorded);
             Ok(Outcome {
@@ -338,7 +354,35 @@ where
     F: FnOnce() -> FF,
     FF: Future<Output = Result<T, E>>,
 {
-    let out = run(backend, key, fingerprint, options, reconcile, body).await;
+    let started = telemetry::clock();
+    let span = tracing::debug_span!(
+        "rerun.call",
+        scope = %key.scope(),
+        key = tracing::field::Empty,
+        outcome = tracing::field::Empty,
+        fence = tracing::field::Empty,
+        store = backend.kind(),
+    );
+    if !span.is_disabled() {
+        span.record("key", telemetry::key_field(key));
+    }
+    let mut report = Report::default();
+    let out = run(
+        backend,
+        key,
+        fingerprint,
+        options,
+        reconcile,
+        body,
+        &mut report,
+    )
+    .instrument(span.clone())
+    .await;
+    span.record("outcome", report.verdict.as_str());
+    if let Some(fence) = report.fence {
+        span.record("fence", fence);
+    }
+    telemetry::call_finished(key, report.verdict, started);
     if let Ok(o) = &out {
         crate::runtime::observe::note(crate::runtime::observe::Observed {
             replayed: o.replayed,
@@ -348,7 +392,7 @@ where
     out
 }
 
-/// [`drive`] without the report.
+/// [`drive`] without the span: what the call did goes into `report`.
 async fn run<B, T, E, R, RF, F, FF>(
     backend: &B,
     key: &Key,
@@ -356,6 +400,7 @@ async fn run<B, T, E, R, RF, F, FF>(
     options: Options,
     reconcile: Option<R>,
     body: F,
+    report: &mut Report,
 ) -> Result<Outcome<T>, E>
 where
     B: Backend,
@@ -375,15 +420,57 @@ where
         deadline: options.wait_duration().map(|w| Instant::now() + w),
         backoff: Duration::from_millis(1),
     };
+    let kind = backend.kind();
+    let mut waited = false;
     let claim = loop {
-        let response = backend.claim(&attempt.request()).await?;
+        let request = attempt.request();
+        let response = telemetry::store_op(kind, "claim", backend.claim(&request))
+            .await
+            .inspect_err(|e| report.verdict = Verdict::of(e))?;
         match attempt.step::<T>(response) {
             Step::Claimed(claim) => break claim,
-            Step::Done(result) => return result.map_err(E::from),
+            Step::Done(result) => {
+                match &result {
+                    Ok(o) => {
+                        report.fence = Some(o.fence);
+                        report.verdict = if waited {
+                            Verdict::Waited
+                        } else {
+                            Verdict::Replayed
+                        };
+                    }
+                    Err(e) => {
+                        report.verdict = Verdict::of(e);
+                        if let Error::Corrupt { kind, .. } = e {
+                            tracing::warn!(%kind, "rerun: the stored record is corrupt; it was left untouched and the body did not run");
+                        }
+                    }
+                }
+                return result.map_err(E::from);
+            }
             Step::Retry => {}
-            Step::Sleep(pause) => backend.sleep(pause).await,
+            Step::Sleep(pause) => {
+                waited = true;
+                backend.sleep(pause).await
+            }
         }
     };
+    report.fence = Some(claim.fence);
+    if let Some(abandoned) = &claim.abandoned {
+        let reason = if attempt.steal == Some(abandoned.fence) {
+            "dead_holder"
+        } else {
+            "lease_end"
+        };
+        telemetry::takeover(key, reason);
+        tracing::info!(
+            reason,
+            fence = claim.fence,
+            previous_fence = abandoned.fence,
+            previous_holder = ?abandoned.holder,
+            "rerun: took over an earlier attempt that did not finish"
+        );
+    }
     let ttl = options.ttl_duration();
     let unknown = claim.abandoned.as_ref().is_some_and(|a| a.outcome_unknown);
     let mut held = Held::new(
@@ -397,14 +484,31 @@ where
     if unknown {
         // An earlier `once` attempt died after its body may have started.
         let Some(reconcile) = reconcile else {
+            tracing::warn!("rerun: an earlier at-most-once attempt died after its body started: its outcome is unknown; give the function a reconcile function, or check by hand and forget the key");
             give_back_unknown(backend, &mut held).await;
+            report.verdict = Verdict::Unknown;
             return Err(Error::OutcomeUnknown { key: key.clone() }.into());
         };
         match reconcile().await {
-            Ok(Reconciled::Done(value)) => return Ok(record(backend, &mut held, value, ttl).await?),
-            Ok(Reconciled::NotDone) => {}
+            Ok(Reconciled::Done(value)) => {
+                tracing::info!(
+                    "rerun: an unknown outcome was reconciled as done; its result is recorded"
+                );
+                let out = record(backend, &mut held, value, ttl).await;
+                report.verdict = match &out {
+                    Ok(_) => Verdict::Reconciled,
+                    Err(e) => Verdict::of(e),
+                };
+                return Ok(out?);
+            }
+            Ok(Reconciled::NotDone) => {
+                tracing::info!(
+                    "rerun: an unknown outcome was reconciled as not done; the body runs"
+                );
+            }
             Err(e) => {
                 give_back_unknown(backend, &mut held).await;
+                report.verdict = Verdict::Unknown;
                 return Err(e);
             }
         }
@@ -418,15 +522,26 @@ where
     drop(in_body);
     checkpoint::hit(Point::BodyReturned);
     match result {
-        Ok(value) => Ok(record(backend, &mut held, value, ttl).await?),
+        Ok(value) => {
+            let out = record(backend, &mut held, value, ttl).await;
+            report.verdict = match &out {
+                Ok(_) => Verdict::Ran,
+                Err(e) => Verdict::of(e),
+            };
+            Ok(out?)
+        }
         Err(e) => {
             held.settle();
-            match backend.release(&held.claim).await {
-                Ok(()) => checkpoint::hit(Point::Released),
+            match telemetry::store_op(kind, "release", backend.release(&held.claim)).await {
+                Ok(()) => {
+                    checkpoint::hit(Point::Released);
+                    tracing::info!("rerun: the body failed; the claim was given back, and the next call runs afresh");
+                }
                 Err(err) => {
                     tracing::warn!(%key, error = %err, "rerun: could not release the claim after the body failed; its lease will end it")
                 }
             }
+            report.verdict = Verdict::Failed;
             Err(e)
         }
     }

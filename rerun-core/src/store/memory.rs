@@ -238,6 +238,10 @@ impl Store for MemoryStore {
         Arc::new(self.clone())
     }
 
+    fn kind(&self) -> &'static str {
+        "memory"
+    }
+
     fn describe(&self) -> String {
         "memory:".to_owned()
     }

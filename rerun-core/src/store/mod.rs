@@ -172,6 +172,11 @@ pub trait Store: Send + Sync {
     fn shared(&self) -> Arc<dyn Store>;
     /// A one-line description for logs, without secrets (`"sqlite:/var/lib/app/rerun.sqlite3"`).
     fn describe(&self) -> String;
+    /// A short name of the kind of store (`"sqlite"`, `"postgres"`), for spans and metric
+    /// labels.
+    fn kind(&self) -> &'static str {
+        "custom"
+    }
 }
 
 /// A boxed future returned by [`AsyncStore`] methods.
@@ -258,6 +263,7 @@ macro_rules! forward_store {
             fn purge_expired(&self, limit: usize) -> Result<u64, Error> { (**self).purge_expired(limit) }
             fn shared(&self) -> Arc<dyn Store> { (**self).shared() }
             fn describe(&self) -> String { (**self).describe() }
+            fn kind(&self) -> &'static str { (**self).kind() }
         }
         impl<S: AsyncStore + ?Sized> AsyncStore for $ptr {
             fn claim_async<'a>(&'a self, req: &'a ClaimRequest<'a>) -> StoreFuture<'a, ClaimResponse> { (**self).claim_async(req) }

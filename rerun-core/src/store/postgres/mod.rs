@@ -579,6 +579,10 @@ impl Store for PostgresStore {
         Arc::new(self.clone())
     }
 
+    fn kind(&self) -> &'static str {
+        "postgres"
+    }
+
     fn describe(&self) -> String {
         format!(
             "{} (table {})",

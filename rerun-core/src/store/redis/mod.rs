@@ -725,6 +725,10 @@ impl Store for RedisStore {
         Arc::new(self.clone())
     }
 
+    fn kind(&self) -> &'static str {
+        "redis"
+    }
+
     fn describe(&self) -> String {
         format!("{} (prefix {:?})", self.inner.url, self.inner.prefix)
     }

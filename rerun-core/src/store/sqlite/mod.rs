@@ -618,6 +618,10 @@ impl Store for SqliteStore {
         Arc::new(self.clone())
     }
 
+    fn kind(&self) -> &'static str {
+        "sqlite"
+    }
+
     fn describe(&self) -> String {
         format!("sqlite:{}", self.inner.path.display())
     }

@@ -40,6 +40,9 @@ macro_rules! forward_all_but_renew {
         fn describe(&self) -> String {
             self.$inner.describe()
         }
+        fn kind(&self) -> &'static str {
+            self.$inner.kind()
+        }
     };
 }
 
