@@ -7,12 +7,14 @@
 //! cargo run -p rerun-examples --bin payment      # an at-most-once charge with `reconcile`
 //! cargo run -p rerun-examples --bin worker       # a job worker that dies halfway and converges
 //! cargo run -p rerun-examples --bin startup      # a one-time migration, two instances at once
+//! cargo run -p rerun-examples --bin metrics      # rerun's metrics exposed for Prometheus
 //! ```
 //!
 //! Every program works in a fresh temporary directory, so each run prints the same story.
 
 use std::fmt;
 
+pub mod metrics;
 pub mod payment;
 pub mod quickstart;
 pub mod startup;
