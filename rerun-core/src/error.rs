@@ -73,7 +73,7 @@ impl fmt::Display for CorruptKind {
 pub enum Error {
     /// Another live attempt holds the key right now. The message names no process or host
     /// (it may reach a client); the holder is in the field, for logs.
-    #[error("{key} is in progress in another attempt (its lease ends in {}); retry later, or let the call wait for the result (`wait = \"10s\"`)", rounded(*lease_ends_in))]
+    #[error("{key} is in progress in another attempt (its lease ends in {}); retry later, or let the call wait for the result: `wait = \"10s\"` in `#[idempotent(…)]`, `#[rerun(wait = \"10s\")]` on a derived type, or `Call::wait`", rounded(*lease_ends_in))]
     #[non_exhaustive]
     InProgress {
         /// The key.

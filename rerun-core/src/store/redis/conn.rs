@@ -171,21 +171,21 @@ impl RedisStore {
         limit: Duration,
         f: impl FnOnce(&mut Connection) -> Result<T, RedisError>,
     ) -> Result<T, Error> {
-        let started = Instant::now();
         let (generation, mut conn) = self.take(key, limit)?;
-        let left = limit
-            .saturating_sub(started.elapsed())
-            .max(Duration::from_millis(1));
-        if conn.timeout != left {
+        // The socket's timeouts are set to the call's limit only when they differ from what
+        // the connection has (calls of one kind share a limit): two system calls saved per call.
+        // Taking a pooled connection costs nothing; opening a new one spent part of `limit`
+        // already and set the rest.
+        if conn.timeout != limit {
             let set = conn
                 .conn
-                .set_read_timeout(Some(left))
-                .and_then(|()| conn.conn.set_write_timeout(Some(left)));
+                .set_read_timeout(Some(limit))
+                .and_then(|()| conn.conn.set_write_timeout(Some(limit)));
             if let Err(e) = set {
                 self.invalidate(generation);
                 return Err(self.driver_err(key, what, e));
             }
-            conn.timeout = left;
+            conn.timeout = limit;
         }
         match f(&mut conn.conn) {
             Ok(v) => {
