@@ -113,6 +113,8 @@ pub struct LocalRecord {
     pub expires_wall_ms: i64,
     /// Completed: the encoded result.
     pub result: Option<Vec<u8>>,
+    /// When the record entered its state, on the wall clock (for its age, shown to people).
+    pub changed_wall_ms: i64,
 }
 
 /// What a claim asks of the store.
@@ -271,6 +273,7 @@ impl LocalRecord {
             expires_mono_ns: 0,
             expires_wall_ms: 0,
             result: None,
+            changed_wall_ms: now.wall_ms,
         }
     }
 
@@ -281,6 +284,7 @@ impl LocalRecord {
         self.expires_mono_ns = now.mono_ns.saturating_add(nanos(ttl));
         self.expires_wall_ms = now.wall_ms.saturating_add(millis(ttl));
         self.result = Some(result.to_vec());
+        self.changed_wall_ms = now.wall_ms;
     }
 
     /// Extends an in-progress record's lease.
@@ -321,7 +325,11 @@ impl LocalRecord {
                 _ => None,
             },
             result: self.result.clone(),
-            age: None,
+            age: (self.changed_wall_ms > 0).then(|| {
+                Duration::from_millis(
+                    u64::try_from(now.wall_ms - self.changed_wall_ms).unwrap_or(0),
+                )
+            }),
         }
     }
 }

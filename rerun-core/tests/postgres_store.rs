@@ -573,11 +573,13 @@ fn a_newer_schema_or_codec_is_refused_naming_the_versions() {
         .connect()
         .unwrap_err();
     assert!(matches!(err, Error::Config { .. }), "{err}");
+    let ours = rerun_core::store::postgres::SCHEMA_VERSION;
     assert!(
-        err.to_string().contains("schema version 99") && err.to_string().contains("build's 1"),
+        err.to_string().contains("schema version 99")
+            && err.to_string().contains(&format!("build's {ours}")),
         "{err}"
     );
-    psql(&url, &format!("UPDATE \"{}_meta\" SET value = 1 WHERE name = 'schema_version'; UPDATE \"{}_meta\" SET value = 7 WHERE name = 'codec_version'", t.name, t.name)).unwrap();
+    psql(&url, &format!("UPDATE \"{}_meta\" SET value = {ours} WHERE name = 'schema_version'; UPDATE \"{}_meta\" SET value = 7 WHERE name = 'codec_version'", t.name, t.name)).unwrap();
     let err = PostgresStore::builder(&url)
         .table(&t.name)
         .connect()
@@ -698,4 +700,165 @@ fn park_on<F: std::future::Future>(fut: F) -> F::Output {
         }
         std::thread::park();
     }
+}
+
+/// Scope and id are text an operator reads with plain SQL; a key with a NUL or a backslash is
+/// stored escaped and reads back whole.
+#[test]
+fn keys_are_readable_text_in_sql() {
+    let Some(url) = url() else { return };
+    let (store, t) = fresh(&url, "text");
+    for (id, stored) in [("evt_42", "s6:evt_42"), ("a\0b\\c", "s5:a\\0b\\\\c")] {
+        let out = Call::new("billing.charge", id)
+            .run(&store, || Ok::<_, Error>(1))
+            .unwrap();
+        assert!(!out.replayed);
+        let rows = psql(
+            &url,
+            &format!(
+                "SELECT scope, id FROM \"{}\" WHERE scope = 'billing.charge' AND id = '{}'",
+                t.name,
+                stored.replace('\'', "''")
+            ),
+        )
+        .unwrap();
+        assert_eq!(rows.len(), 1, "{id:?} is stored as {stored:?}");
+        let again = Call::new("billing.charge", id)
+            .run(&store, || Ok::<_, Error>(2))
+            .unwrap();
+        assert!(again.replayed && again.value == 1);
+        let view = store
+            .inspect(&Key::new("billing.charge", id))
+            .unwrap()
+            .unwrap();
+        assert_eq!(view.key, Key::new("billing.charge", id));
+        assert!(
+            view.age.is_some_and(|a| a < Duration::from_secs(60)),
+            "{view:?}"
+        );
+    }
+}
+
+/// A table written by rerun 0.1 (`bytea` keys) is migrated on connect, once, while several
+/// instances start together; its records keep working.
+#[test]
+fn a_table_of_schema_1_is_migrated_on_connect() {
+    let Some(url) = url() else { return };
+    let table = postgres_common::unique_table("v1");
+    let _t = postgres_common::Table {
+        url: url.clone(),
+        name: table.clone(),
+    };
+    psql(
+        &url,
+        &format!(
+            r#"CREATE TABLE "{table}_meta" (name text PRIMARY KEY, value bigint NOT NULL);
+               INSERT INTO "{table}_meta" VALUES ('schema_version', 1), ('codec_version', 1);
+               CREATE SEQUENCE "{table}_fence" AS bigint;
+               SELECT setval('"{table}_fence"', 41);
+               CREATE TABLE "{table}" (scope bytea NOT NULL, id bytea NOT NULL, status text NOT NULL,
+                   fence bigint NOT NULL, fingerprint bytea NOT NULL, holder text, once boolean NOT NULL,
+                   lease_until timestamptz, expires_at timestamptz, result bytea,
+                   PRIMARY KEY (scope, id)) WITH (fillfactor = 80);
+               CREATE INDEX "{table}_expires" ON "{table}" (expires_at) WHERE status = 'completed';
+               INSERT INTO "{table}" VALUES
+                 ('billing.charge'::bytea, 's6:evt_41'::bytea, 'completed', 41, '\x{fp}'::bytea, NULL,
+                  false, NULL, now() + interval '1 hour', '\x{result}'::bytea),
+                 ('billing.charge'::bytea, '\x73343a61006263'::bytea, 'released', 40, '\x{fp}'::bytea, NULL,
+                  false, NULL, NULL, NULL);"#,
+            fp = Fingerprint::EMPTY.to_hex(),
+            result = rerun_core::codec::encode(&7u32)
+                .unwrap()
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect::<String>(),
+        ),
+    )
+    .unwrap();
+    let openers: Vec<_> = (0..4)
+        .map(|_| {
+            let (url, table) = (url.clone(), table.clone());
+            std::thread::spawn(move || {
+                PostgresStore::builder(&url)
+                    .table(&table)
+                    .connect()
+                    .map(|_| ())
+            })
+        })
+        .collect();
+    for o in openers {
+        o.join().unwrap().unwrap();
+    }
+    let rows = psql(
+        &url,
+        &format!("SELECT value FROM \"{table}_meta\" WHERE name = 'schema_version'"),
+    )
+    .unwrap();
+    assert_eq!(rows[0][0].as_deref(), Some("2"));
+    let store = PostgresStore::builder(&url)
+        .table(&table)
+        .connect()
+        .unwrap();
+    let old = Call::new("billing.charge", "evt_41")
+        .run(&store, || Ok::<_, Error>(0u32))
+        .unwrap();
+    assert_eq!((old.value, old.replayed, old.fence), (7, true, 41));
+    // The key with a NUL ("a\0bc") came through the migration escaped.
+    let nul = store
+        .inspect(&Key::new("billing.charge", "a\0bc"))
+        .unwrap()
+        .unwrap();
+    assert_eq!(nul.status, Status::Released);
+    let fresh = Call::new("billing.charge", "a\0bc")
+        .run(&store, || Ok::<_, Error>(1u32))
+        .unwrap();
+    assert!(!fresh.replayed && fresh.fence > 41);
+}
+
+/// Filtered scans select through the indexes: a scope prefix and the open states.
+#[test]
+fn filtered_scans_select_by_scope_prefix_and_state() {
+    use rerun_core::store::ScanFilter;
+    let Some(url) = url() else { return };
+    let (store, _t) = fresh(&url, "filter");
+    let h = Holder::current();
+    for scope in ["billing.charge", "billing.refund", "billingx", "mail"] {
+        for i in 0..3 {
+            Call::new(scope, &i)
+                .run(&store, || Ok::<_, Error>(i))
+                .unwrap();
+        }
+        let key = Key::new(scope, "open");
+        claimed(store.claim(&request(&key, &Fingerprint::EMPTY, &h, LONG)));
+    }
+    let all = |filter: ScanFilter| {
+        let mut out = Vec::new();
+        let mut cursor = None;
+        loop {
+            let page = store.scan_filtered(&filter, cursor.as_deref(), 2).unwrap();
+            out.extend(page.records);
+            match page.next {
+                Some(n) => cursor = Some(n),
+                None => break,
+            }
+        }
+        out
+    };
+    let billing = all(ScanFilter::new().scope_prefix("billing."));
+    assert_eq!(billing.len(), 8);
+    assert!(billing
+        .iter()
+        .all(|r| r.key.scope().starts_with("billing.")));
+    let open = all(ScanFilter::new()
+        .status(Status::InProgress)
+        .without_results());
+    assert_eq!(open.len(), 4);
+    assert!(open
+        .iter()
+        .all(|r| r.status == Status::InProgress && r.result.is_none()));
+    let done = all(ScanFilter::new()
+        .scope_prefix("mail")
+        .status(Status::Completed));
+    assert_eq!(done.len(), 3);
+    assert!(done.iter().all(|r| r.result.is_some()));
 }

@@ -335,3 +335,64 @@ fn once_claims_restore_normal_durability_afterwards() {
         assert_eq!((once.value, replayable.value), (i, i));
     }
 }
+
+/// Filtered scans select by scope prefix and state (the open states through their index),
+/// and leave results out when asked.
+#[test]
+fn filtered_scans_select_by_scope_prefix_and_state() {
+    use rerun_core::record::ClaimRequest;
+    use rerun_core::store::ScanFilter;
+    use rerun_core::{Fingerprint, Holder, Status};
+    let dir = dir();
+    let store = SqliteStore::open(dir.path().join("scan.sqlite3")).unwrap();
+    for scope in ["billing.charge", "billing.refund", "billingx", "mail"] {
+        for i in 0..3 {
+            Call::new(scope, &i)
+                .run(&store, || Ok::<_, Error>(i))
+                .unwrap();
+        }
+        store
+            .claim(&ClaimRequest {
+                key: &Key::new(scope, "open"),
+                fingerprint: &Fingerprint::EMPTY,
+                holder: &Holder::current(),
+                lease: Duration::from_secs(60),
+                once: false,
+                steal: None,
+            })
+            .unwrap();
+    }
+    let all = |filter: ScanFilter| {
+        let mut out = Vec::new();
+        let mut cursor = None;
+        loop {
+            let page = store.scan_filtered(&filter, cursor.as_deref(), 2).unwrap();
+            out.extend(page.records);
+            match page.next {
+                Some(n) => cursor = Some(n),
+                None => break,
+            }
+        }
+        out
+    };
+    assert_eq!(all(ScanFilter::new()).len(), 16);
+    let billing = all(ScanFilter::new().scope_prefix("billing."));
+    assert_eq!(billing.len(), 8);
+    let open = all(ScanFilter::new()
+        .status(Status::InProgress)
+        .without_results());
+    assert_eq!(open.len(), 4);
+    assert!(open
+        .iter()
+        .all(|r| r.age.is_some_and(|a| a < Duration::from_secs(60))));
+    let done = all(ScanFilter::new()
+        .scope_prefix("mail")
+        .status(Status::Completed)
+        .without_results());
+    assert_eq!(done.len(), 3);
+    assert!(done.iter().all(|r| r.result.is_none()));
+    let both = all(ScanFilter::new()
+        .status(Status::InProgress)
+        .status(Status::Completed));
+    assert_eq!(both.len(), 16);
+}

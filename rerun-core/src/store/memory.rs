@@ -160,9 +160,11 @@ impl Store for MemoryStore {
     }
 
     fn release(&self, claim: &Claim) -> Result<(), Error> {
+        let now = self.inner.clock.now();
         self.fenced(claim, |rec| {
             rec.status = Status::Released;
             rec.holder = None;
+            rec.changed_wall_ms = now.wall_ms;
         })
     }
 
@@ -172,7 +174,11 @@ impl Store for MemoryStore {
     }
 
     fn mark_unknown(&self, claim: &Claim) -> Result<(), Error> {
-        self.fenced(claim, |rec| rec.status = Status::Unknown)
+        let now = self.inner.clock.now();
+        self.fenced(claim, |rec| {
+            rec.status = Status::Unknown;
+            rec.changed_wall_ms = now.wall_ms;
+        })
     }
 
     fn forget(&self, key: &Key) -> Result<bool, Error> {

@@ -15,8 +15,8 @@ use crate::record::{
 };
 use crate::store::postgres::error::store_error;
 use crate::store::postgres::pool::Session;
-use crate::store::postgres::sql::{Sql, Stmt};
-use crate::store::{decode_cursor, encode_cursor, ScanPage};
+use crate::store::postgres::sql::{from_text, to_text, ScanShape, Sql, Stmt};
+use crate::store::{decode_cursor, encode_cursor, ScanFilter, ScanPage};
 
 /// How often a claim re-runs its statement when a concurrent claim changed the record between
 /// the statement's snapshot and its row lock. Each re-run sees a newer snapshot; running out
@@ -43,7 +43,7 @@ pub(crate) enum Op<'a> {
     MarkUnknown(&'a Claim),
     Forget(&'a Key),
     Inspect(&'a Key),
-    Scan(Option<&'a str>, usize),
+    Scan(&'a ScanFilter, Option<&'a str>, usize),
     Purge(usize),
 }
 
@@ -139,7 +139,7 @@ pub(crate) async fn exec(session: &mut Session, sql: &Sql, op: Op<'_>) -> Result
                 .map_err(|e| op.fail(e))?;
             let n = session
                 .client
-                .execute(&stmt, &[&key.scope().as_bytes(), &key.id().as_bytes()])
+                .execute(&stmt, &[&to_text(key.scope()), &to_text(key.id())])
                 .await
                 .map_err(|e| op.fail(e))?;
             Ok(Reply::Forgot(n > 0))
@@ -151,26 +151,49 @@ pub(crate) async fn exec(session: &mut Session, sql: &Sql, op: Op<'_>) -> Result
                 .map_err(|e| op.fail(e))?;
             let row = session
                 .client
-                .query_opt(&stmt, &[&key.scope().as_bytes(), &key.id().as_bytes()])
+                .query_opt(&stmt, &[&to_text(key.scope()), &to_text(key.id())])
                 .await
                 .map_err(|e| op.fail(e))?;
             Ok(Reply::Record(row.map(|r| view(&r)).transpose()?))
         }
-        Op::Scan(cursor, limit) => {
+        Op::Scan(filter, cursor, limit) => {
             let after = cursor.map(decode_cursor).transpose()?;
             let limit = limit.max(1);
+            let upper = filter.scope_upper_bound();
+            let open = [Status::InProgress, Status::Unknown];
+            let shape = ScanShape {
+                prefix_upper: upper.is_some(),
+                prefix_lower: filter.scope_prefix.is_some() && upper.is_none(),
+                statuses: !filter.statuses.is_empty(),
+                open_only: !filter.statuses.is_empty()
+                    && filter.statuses.iter().all(|s| open.contains(s)),
+                skip_results: filter.skip_results,
+            };
             let stmt = session
-                .statement(sql, Stmt::Scan)
+                .scan_statement(sql, &shape)
                 .await
                 .map_err(|e| op.fail(e))?;
             let (scope, id) = after
                 .as_ref()
-                .map(|k| (k.scope().as_bytes(), k.id().as_bytes()))
-                .unwrap_or((&[][..], &[][..]));
+                .map(|k| (to_text(k.scope()), to_text(k.id())))
+                .unwrap_or_default();
             let from_start = after.is_none();
+            let limit_param = i64::try_from(limit).unwrap_or(i64::MAX);
+            let prefix = filter.scope_prefix.as_deref().map(to_text);
+            let statuses: Vec<&str> = filter.statuses.iter().map(|s| s.as_str()).collect();
+            let mut params: Vec<&(dyn ToSql + Sync)> = vec![&scope, &id, &from_start, &limit_param];
+            if let Some(prefix) = &prefix {
+                params.push(prefix);
+            }
+            if let Some(upper) = &upper {
+                params.push(upper);
+            }
+            if shape.statuses {
+                params.push(&statuses);
+            }
             let rows = session
                 .client
-                .query(&stmt, &[&scope, &id, &from_start, &(limit as i64)])
+                .query(&stmt, &params)
                 .await
                 .map_err(|e| op.fail(e))?;
             let records = rows.iter().map(view).collect::<Result<Vec<_>, _>>()?;
@@ -209,7 +232,7 @@ async fn fenced(
         .await
         .map_err(|e| op.fail(e))?;
     let fence = fence_param(&claim.key, claim.fence)?;
-    let (scope, id) = (claim.key.scope().as_bytes(), claim.key.id().as_bytes());
+    let (scope, id) = (to_text(claim.key.scope()), to_text(claim.key.id()));
     let mut params: Vec<&(dyn ToSql + Sync)> = vec![&scope, &id, &fence];
     params.extend_from_slice(extra);
     let n = session
@@ -250,7 +273,7 @@ async fn claim(
     let holder = req.holder.encode();
     let lease = micros(req.lease);
     let steal = req.steal.map(|f| fence_param(key, f)).transpose()?;
-    let (scope, id) = (key.scope().as_bytes(), key.id().as_bytes());
+    let (scope, id) = (to_text(key.scope()), to_text(key.id()));
     let fingerprint = &req.fingerprint.0[..];
     for _ in 0..CLAIM_RACES {
         let row = session
@@ -397,18 +420,14 @@ fn answer(key: &Key, req: &ClaimRequest<'_>, row: &Row) -> Result<Option<ClaimRe
 
 /// Reads an inspect/scan row.
 fn view(row: &Row) -> Result<RecordView, Error> {
-    let scope: Vec<u8> = row.try_get(0).unwrap_or_default();
-    let id: Vec<u8> = row.try_get(1).unwrap_or_default();
-    let lossy = Key::from_parts(
-        String::from_utf8_lossy(&scope).into_owned(),
-        String::from_utf8_lossy(&id).into_owned(),
-    );
-    let key = match (String::from_utf8(scope), String::from_utf8(id)) {
-        (Ok(s), Ok(i)) => Key::from_parts(s, i),
+    let scope: String = row.try_get(0).unwrap_or_default();
+    let id: String = row.try_get(1).unwrap_or_default();
+    let key = match (from_text(&scope), from_text(&id)) {
+        (Some(s), Some(i)) => Key::from_parts(s.into_owned(), i.into_owned()),
         _ => {
             return Err(Error::corrupt(
-                &lossy,
-                CorruptKind::Record("the key is not UTF-8".into()),
+                &Key::from_parts(scope.clone(), id.clone()),
+                CorruptKind::Record("the key has a backslash that is not an escape".into()),
             ))
         }
     };
@@ -438,12 +457,7 @@ fn view(row: &Row) -> Result<RecordView, Error> {
     let lease_remaining = duration_from_micros(col(&key, row, 7)?);
     let expires_in = duration_from_micros(col(&key, row, 8)?);
     let result: Option<Vec<u8>> = col(&key, row, 9)?;
-    if status == Status::Completed && result.is_none() {
-        return Err(Error::corrupt(
-            &key,
-            CorruptKind::Record("a completed record has no result".into()),
-        ));
-    }
+    let age = duration_from_micros(col(&key, row, 10)?);
     Ok(RecordView {
         key,
         status,
@@ -454,6 +468,6 @@ fn view(row: &Row) -> Result<RecordView, Error> {
         lease_remaining,
         expires_in,
         result,
-        age: None,
+        age,
     })
 }

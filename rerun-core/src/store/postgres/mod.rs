@@ -25,7 +25,7 @@ use tokio_postgres::Config;
 use crate::error::Error;
 use crate::key::Key;
 use crate::record::{Claim, ClaimRequest, ClaimResponse, RecordView};
-use crate::store::{AsyncStore, ScanPage, Store, StoreFuture};
+use crate::store::{AsyncStore, ScanFilter, ScanPage, Store, StoreFuture};
 
 use crate::runtime::keeper::deadline;
 use exec::{exec, Op, Reply};
@@ -282,7 +282,7 @@ impl PostgresStore {
         let names = &inner.names;
         let codec = i64::from(crate::codec::CODEC_VERSION);
         let versions = SyncConn::block_on_for(runtime, limit, async {
-            let client = &session.client;
+            let client = &mut session.client;
             let exists: bool = client
                 .query_one(&names.exists_query(), &[])
                 .await?
@@ -300,6 +300,26 @@ impl PostgresStore {
             }
             // Records this build writes need this build's codec to be read: say so in the
             // table, so that an older rerun refuses the table instead of misreading them.
+            // A table of an older schema is migrated once, by whichever instance takes the
+            // lock first; the others find it migrated.
+            let version: i64 = client
+                .query_one(&names.schema_version_query(), &[])
+                .await?
+                .try_get(0)?;
+            if version == 1 {
+                let lock = sql::migration_lock_id(names);
+                let tx = client.transaction().await?;
+                tx.execute("SELECT pg_advisory_xact_lock($1)", &[&lock])
+                    .await?;
+                let version: i64 = tx
+                    .query_one(&names.schema_version_query(), &[])
+                    .await?
+                    .try_get(0)?;
+                if version == 1 {
+                    tx.batch_execute(&names.migration_1_to_2()).await?;
+                }
+                tx.commit().await?;
+            }
             client
                 .execute(&names.raise_codec_version(), &[&codec])
                 .await?;
@@ -568,7 +588,16 @@ impl Store for PostgresStore {
     }
 
     fn scan(&self, cursor: Option<&str>, limit: usize) -> Result<ScanPage, Error> {
-        expect_reply!(self.run(Op::Scan(cursor, limit))?, Reply::Page(p) => p, "scan")
+        expect_reply!(self.run(Op::Scan(&ScanFilter::new(), cursor, limit))?, Reply::Page(p) => p, "scan")
+    }
+
+    fn scan_filtered(
+        &self,
+        filter: &ScanFilter,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<ScanPage, Error> {
+        expect_reply!(self.run(Op::Scan(filter, cursor, limit))?, Reply::Page(p) => p, "scan")
     }
 
     fn purge_expired(&self, limit: usize) -> Result<u64, Error> {

@@ -30,7 +30,7 @@ use tokio_postgres::{Client, Config, NoTls, Statement};
 use crate::error::Error;
 use crate::runtime::keeper::deadline;
 use crate::store::postgres::error::store_error;
-use crate::store::postgres::sql::{Sql, Stmt};
+use crate::store::postgres::sql::{ScanShape, Sql, Stmt};
 
 /// Statements prepared on one connection, filled on first use.
 #[derive(Default)]
@@ -40,6 +40,8 @@ pub(crate) struct Prepared([Option<Statement>; Stmt::COUNT]);
 pub(crate) struct Session {
     pub(crate) client: Client,
     prepared: Prepared,
+    /// Scan statements, one per shape used on this connection.
+    scans: Vec<(ScanShape, Statement)>,
 }
 
 impl Session {
@@ -47,7 +49,22 @@ impl Session {
         Session {
             client,
             prepared: Prepared::default(),
+            scans: Vec::new(),
         }
+    }
+
+    /// The scan statement of `shape`, prepared on this connection's first use of it.
+    pub(crate) async fn scan_statement(
+        &mut self,
+        sql: &Sql,
+        shape: &ScanShape,
+    ) -> Result<Statement, tokio_postgres::Error> {
+        if let Some((_, s)) = self.scans.iter().find(|(k, _)| k == shape) {
+            return Ok(s.clone());
+        }
+        let prepared = self.client.prepare(&sql.scan(shape)).await?;
+        self.scans.push((shape.clone(), prepared.clone()));
+        Ok(prepared)
     }
 
     /// The prepared statement, preparing it on this connection's first use.

@@ -6,8 +6,14 @@
 
 use std::fmt::Write as _;
 
-/// The schema version this build writes; a table with a newer one is refused.
-pub const SCHEMA_VERSION: i64 = 1;
+/// The schema version this build writes; a table with a newer one is refused, an older one is
+/// migrated by `connect` (under the migration lock, so many instances starting at once migrate
+/// it once).
+///
+/// 1. rerun 0.1: `scope` and `id` as `bytea`.
+/// 2. `scope` and `id` as `text COLLATE "C"` (readable with plain SQL, paged in byte order),
+///    `changed_at`, and a partial index of the claims in progress and the unknown outcomes.
+pub const SCHEMA_VERSION: i64 = 2;
 
 /// The statements a connection prepares, by index into [`Sql::text`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -19,13 +25,12 @@ pub(crate) enum Stmt {
     MarkUnknown,
     Forget,
     Inspect,
-    Scan,
     Purge,
 }
 
 impl Stmt {
     /// How many statements there are.
-    pub(crate) const COUNT: usize = 9;
+    pub(crate) const COUNT: usize = 8;
 
     pub(crate) fn index(self) -> usize {
         self as usize
@@ -43,6 +48,8 @@ pub(crate) struct Names {
     pub fence_seq: String,
     /// The purge index, unqualified (an index lives in its table's schema).
     pub expires_index: String,
+    /// The index of open records (in progress, unknown), unqualified.
+    pub open_index: String,
     /// `"schema"` when one was given.
     pub schema: Option<String>,
     /// `schema.table` as the user wrote it, for messages.
@@ -72,6 +79,7 @@ impl Names {
             meta: qualify(&format!("{table}_meta")),
             fence_seq: qualify(&format!("{table}_fence")),
             expires_index: format!("\"{table}_expires\""),
+            open_index: format!("\"{table}_open\""),
             schema: schema.map(|s| format!("\"{s}\"")),
             display: match schema {
                 Some(s) => format!("{s}.{table}"),
@@ -84,15 +92,19 @@ impl Names {
     /// [`super::pool`]'s migration), so that many instances starting at once against an empty
     /// database cannot race `CREATE TABLE IF NOT EXISTS` into a duplicate-type error.
     ///
-    /// `scope` and `id` are `bytea`: a key may hold any character, NUL included, which `text`
-    /// cannot store, and byte order is the order scans page in. The table's fill factor leaves
-    /// room on each page so that completing a claim is a HOT update that touches no index.
+    /// `scope` and `id` are `text COLLATE "C"`: an operator reads and selects them with plain
+    /// SQL, and the C collation orders them by bytes, the order scans page in. `text` cannot
+    /// hold NUL, so a NUL is stored as `\0` and a backslash as `\\` (see [`to_text`]); keys
+    /// without either (nearly all) are stored as they are. The partial index `…_open` holds the
+    /// few records an operator or `recover` looks for (claims in progress, unknown outcomes), so
+    /// finding them never reads the completed ones.
     pub(crate) fn schema_ddl(&self) -> String {
         let Names {
             records: table,
             meta,
             fence_seq,
             expires_index,
+            open_index,
             ..
         } = self;
         let mut ddl = String::new();
@@ -111,8 +123,8 @@ impl Names {
                 ON CONFLICT (name) DO NOTHING;
             CREATE SEQUENCE IF NOT EXISTS {fence_seq} AS bigint;
             CREATE TABLE IF NOT EXISTS {table} (
-                scope       bytea       NOT NULL,
-                id          bytea       NOT NULL,
+                scope       text COLLATE \"C\" NOT NULL,
+                id          text COLLATE \"C\" NOT NULL,
                 status      text        NOT NULL,
                 fence       bigint      NOT NULL,
                 fingerprint bytea       NOT NULL,
@@ -120,14 +132,63 @@ impl Names {
                 once        boolean     NOT NULL,
                 lease_until timestamptz,
                 expires_at  timestamptz,
+                changed_at  timestamptz NOT NULL DEFAULT now(),
                 result      bytea,
                 PRIMARY KEY (scope, id)
             ) WITH (fillfactor = 80);
             CREATE INDEX IF NOT EXISTS {expires_index} ON {table} (expires_at)
-                WHERE status = 'completed';",
+                WHERE status = 'completed';
+            CREATE INDEX IF NOT EXISTS {open_index} ON {table} (scope, id)
+                WHERE status IN ('in_progress', 'unknown');",
             codec = crate::codec::CODEC_VERSION,
         );
         ddl
+    }
+
+    /// Takes a version-1 table to version 2, inside the caller's transaction (which holds the
+    /// migration lock and has seen version 1): `scope` and `id` become text (escaped as
+    /// [`to_text`] does, by a function of this session only), `changed_at` and the index of
+    /// open records are added, and the version is raised.
+    pub(crate) fn migration_1_to_2(&self) -> String {
+        let Names {
+            records: table,
+            meta,
+            open_index,
+            ..
+        } = self;
+        format!(
+            r#"CREATE OR REPLACE FUNCTION pg_temp.rerun_to_text(b bytea) RETURNS text
+                LANGUAGE plpgsql IMMUTABLE AS $f$
+                DECLARE
+                    done text := '';
+                    pos int;
+                BEGIN
+                    LOOP
+                        pos := position('\x00'::bytea in b);
+                        IF pos = 0 THEN
+                            RETURN done || replace(convert_from(b, 'UTF8'), '\', '\\');
+                        END IF;
+                        done := done || replace(convert_from(substring(b from 1 for pos - 1), 'UTF8'), '\', '\\') || '\0';
+                        b := substring(b from pos + 1);
+                    END LOOP;
+                END $f$;
+            ALTER TABLE {table}
+                ALTER COLUMN scope TYPE text COLLATE "C" USING pg_temp.rerun_to_text(scope),
+                ALTER COLUMN id TYPE text COLLATE "C" USING pg_temp.rerun_to_text(id),
+                ADD COLUMN IF NOT EXISTS changed_at timestamptz NOT NULL DEFAULT now();
+            CREATE INDEX IF NOT EXISTS {open_index} ON {table} (scope, id)
+                WHERE status IN ('in_progress', 'unknown');
+            UPDATE {meta} SET value = 2 WHERE name = 'schema_version' AND value = 1;
+            DROP FUNCTION pg_temp.rerun_to_text(bytea);"#
+        )
+    }
+
+    /// The schema version, read inside the migration's transaction.
+    pub(crate) fn schema_version_query(&self) -> String {
+        format!(
+            "SELECT value FROM {} WHERE name = 'schema_version'",
+            self.meta
+        )
     }
 
     /// Whether the three relations exist: `true` lets `connect` skip the locked DDL.
@@ -175,18 +236,14 @@ fn claimable(x: &str) -> String {
 #[derive(Debug)]
 pub(crate) struct Sql {
     texts: [String; Stmt::COUNT],
+    names: Names,
 }
 
 impl Sql {
     pub(crate) fn new(n: &Names) -> Sql {
         let t = &n.records;
         let fenced = "WHERE scope = $1 AND id = $2 AND fence = $3 AND status = 'in_progress'";
-        let view_columns = "scope, id, status, fence, fingerprint, holder, once, \
-            CASE WHEN status = 'in_progress' AND lease_until > now() \
-                 THEN (extract(epoch FROM lease_until - now()) * 1000000)::bigint END, \
-            CASE WHEN status = 'completed' AND expires_at > now() \
-                 THEN (extract(epoch FROM expires_at - now()) * 1000000)::bigint END, \
-            result";
+        let view_columns = view_columns(true);
         let claim = format!(
             // Parameters: $1 scope, $2 id, $3 fingerprint, $4 holder, $5 once,
             // $6 lease in microseconds, $7 the fence to steal (NULL: none).
@@ -223,7 +280,7 @@ impl Sql {
                    SET status = 'in_progress', fence = EXCLUDED.fence,
                        fingerprint = EXCLUDED.fingerprint, holder = EXCLUDED.holder,
                        once = EXCLUDED.once, lease_until = EXCLUDED.lease_until,
-                       expires_at = NULL, result = NULL
+                       expires_at = NULL, result = NULL, changed_at = now()
                  WHERE r.fence = (SELECT fence FROM cur)
                    AND r.status = (SELECT status FROM cur)
                    AND {r_claimable} IS TRUE
@@ -249,19 +306,21 @@ impl Sql {
             // no row, and zero rows is `LeaseLost`.
             format!(
                 "UPDATE {t} SET status = 'completed', holder = NULL, lease_until = NULL, \
-                 result = $4, expires_at = now() + $5::float8 * interval '1 microsecond' {fenced}"
+                 result = $4, expires_at = now() + $5::float8 * interval '1 microsecond', \
+                 changed_at = now() {fenced}"
             ),
-            format!("UPDATE {t} SET status = 'released', holder = NULL, lease_until = NULL {fenced}"),
+            format!(
+                "UPDATE {t} SET status = 'released', holder = NULL, lease_until = NULL, \
+                 changed_at = now() {fenced}"
+            ),
             format!(
                 "UPDATE {t} SET lease_until = now() + $4::float8 * interval '1 microsecond' {fenced}"
             ),
-            format!("UPDATE {t} SET status = 'unknown', lease_until = NULL {fenced}"),
+            format!(
+                "UPDATE {t} SET status = 'unknown', lease_until = NULL, changed_at = now() {fenced}"
+            ),
             format!("DELETE FROM {t} WHERE scope = $1 AND id = $2"),
             format!("SELECT {view_columns} FROM {t} WHERE scope = $1 AND id = $2"),
-            format!(
-                "SELECT {view_columns} FROM {t} WHERE $3::boolean OR (scope, id) > ($1, $2) \
-                 ORDER BY scope, id LIMIT $4"
-            ),
             // SKIP LOCKED: a row being claimed right now is not purged under its claimer (and
             // two purgers do not queue); the outer condition re-checks the locked version.
             format!(
@@ -271,12 +330,122 @@ impl Sql {
                    AND status = 'completed' AND expires_at <= now()"
             ),
         ];
-        Sql { texts }
+        Sql {
+            texts,
+            names: n.clone(),
+        }
     }
 
     pub(crate) fn text(&self, stmt: Stmt) -> &str {
         &self.texts[stmt.index()]
     }
+
+    /// The scan statement of `shape`.
+    pub(crate) fn scan(&self, shape: &ScanShape) -> String {
+        scan_sql(&self.names, shape)
+    }
+}
+
+/// The columns of a record as inspect and scan read them, `result` left out (NULL) when
+/// `results` is false: scope, id, status, fence, fingerprint, holder, once, lease left (µs),
+/// expiry left (µs), result, age (µs).
+fn view_columns(results: bool) -> String {
+    format!(
+        "scope, id, status, fence, fingerprint, holder, once, \
+         CASE WHEN status = 'in_progress' AND lease_until > now() \
+              THEN (extract(epoch FROM lease_until - now()) * 1000000)::bigint END, \
+         CASE WHEN status = 'completed' AND expires_at > now() \
+              THEN (extract(epoch FROM expires_at - now()) * 1000000)::bigint END, \
+         {result}, \
+         (extract(epoch FROM now() - changed_at) * 1000000)::bigint",
+        result = if results { "result" } else { "NULL::bytea" }
+    )
+}
+
+/// The shape of a filtered scan: which conditions its statement has (their values are
+/// parameters). One prepared statement per shape and connection.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub(crate) struct ScanShape {
+    /// `scope >= $p AND scope < $upper` (an upper bound exists).
+    pub(crate) prefix_upper: bool,
+    /// `scope >= $p` without an upper bound.
+    pub(crate) prefix_lower: bool,
+    /// `status = ANY($s)`.
+    pub(crate) statuses: bool,
+    /// Only open states asked for: the open-records index serves the scan.
+    pub(crate) open_only: bool,
+    /// Leave results out.
+    pub(crate) skip_results: bool,
+}
+
+/// The scan statement of one shape. Parameters: `$1` scope and `$2` id of the cursor, `$3`
+/// true to start from the beginning, `$4` the limit, then in order whichever of
+/// `$5` prefix, `$6` upper bound, `$7` statuses the shape uses (numbered consecutively).
+pub(crate) fn scan_sql(n: &Names, shape: &ScanShape) -> String {
+    let t = &n.records;
+    let mut conds = vec!["($3::boolean OR (scope, id) > ($1, $2))".to_owned()];
+    let mut next = 5;
+    let mut param = || {
+        let p = format!("${next}");
+        next += 1;
+        p
+    };
+    if shape.prefix_lower || shape.prefix_upper {
+        conds.push(format!("scope >= {}", param()));
+    }
+    if shape.prefix_upper {
+        conds.push(format!("scope < {}", param()));
+    }
+    if shape.open_only {
+        // The open-records index's own predicate, so that the planner uses it.
+        conds.push("status IN ('in_progress', 'unknown')".to_owned());
+    }
+    if shape.statuses {
+        conds.push(format!("status = ANY({}::text[])", param()));
+    }
+    format!(
+        "SELECT {} FROM {t} WHERE {} ORDER BY scope, id LIMIT $4",
+        view_columns(!shape.skip_results),
+        conds.join(" AND ")
+    )
+}
+
+/// A key's scope or id as the `text` columns keep it: a NUL is `\0`, a backslash `\\`;
+/// anything else as it is.
+pub(crate) fn to_text(s: &str) -> std::borrow::Cow<'_, str> {
+    if !s.contains(['\\', '\0']) {
+        return std::borrow::Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 4);
+    for c in s.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\0' => out.push_str("\\0"),
+            c => out.push(c),
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
+/// Reads back what [`to_text`] wrote; `None` for text it cannot have written.
+pub(crate) fn from_text(s: &str) -> Option<std::borrow::Cow<'_, str>> {
+    if !s.contains('\\') {
+        return Some(std::borrow::Cow::Borrowed(s));
+    }
+    let mut out = String::with_capacity(s.len());
+    let mut chars = s.chars();
+    while let Some(c) = chars.next() {
+        if c == '\\' {
+            match chars.next()? {
+                '\\' => out.push('\\'),
+                '0' => out.push('\0'),
+                _ => return None,
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    Some(std::borrow::Cow::Owned(out))
 }
 
 /// A stable advisory-lock id for one table's migration.
@@ -301,6 +470,18 @@ mod tests {
         assert!(!valid_identifier("a-b"));
         assert!(!valid_identifier("a\"b"));
         assert!(!valid_identifier(&"a".repeat(60)));
+    }
+
+    #[test]
+    fn text_escapes_round_trip() {
+        for s in ["plain", "", "a\\b", "nul\0here", "\\0", "\0\\", "é\\\0"] {
+            let stored = to_text(s);
+            assert!(!stored.contains('\0'), "{stored:?}");
+            assert_eq!(from_text(&stored).as_deref(), Some(s), "{s:?}");
+        }
+        assert!(matches!(to_text("plain"), std::borrow::Cow::Borrowed(_)));
+        assert_eq!(from_text("bad\\x"), None);
+        assert_eq!(from_text("trailing\\"), None);
     }
 
     #[test]

@@ -35,11 +35,14 @@ use crate::holder::this_boot;
 use crate::key::Key;
 use crate::record::{
     decide, Busy, Claim, ClaimRequest, ClaimResponse, Decision, LocalRecord, RecordView, Replay,
+    Status,
 };
-use crate::store::{async_via_sync, call_deadline, decode_cursor, encode_cursor, ScanPage, Store};
+use crate::store::{
+    async_via_sync, call_deadline, decode_cursor, encode_cursor, ScanFilter, ScanPage, Store,
+};
 
 use pool::{Conn, Pool};
-use row::{record_of, to_sql_ns};
+use row::{record_of, record_of_shape, to_sql_ns};
 pub use sql::SCHEMA_VERSION;
 
 /// The embedded store: a SQLite file shared by every process on one host.
@@ -477,6 +480,7 @@ impl Store for SqliteStore {
                             &*rec.boot_id,
                             to_sql_ns(rec.lease_until_ns),
                             rec.lease_until_wall_ms,
+                            rec.changed_wall_ms,
                         ])
                     })
                     .map_err(|e| sql_err(Some(key), "claiming", e))?;
@@ -507,17 +511,18 @@ impl Store for SqliteStore {
             self.claim_deadline(claim.lease),
             "recording the result",
             sql::COMPLETE,
-            &[&boot, &exp_mono, &exp_wall, &result],
+            &[&boot, &exp_mono, &exp_wall, &result, &now.wall_ms],
         )
     }
 
     fn release(&self, claim: &Claim) -> Result<(), Error> {
+        let now = self.inner.clock.now();
         self.fenced(
             claim,
             self.claim_deadline(claim.lease),
             "releasing the claim",
             sql::RELEASE,
-            &[],
+            &[&now.wall_ms],
         )
     }
 
@@ -536,12 +541,13 @@ impl Store for SqliteStore {
     }
 
     fn mark_unknown(&self, claim: &Claim) -> Result<(), Error> {
+        let now = self.inner.clock.now();
         self.fenced(
             claim,
             self.claim_deadline(claim.lease),
             "marking the outcome unknown",
             sql::MARK_UNKNOWN,
-            &[],
+            &[&now.wall_ms],
         )
     }
 
@@ -563,24 +569,63 @@ impl Store for SqliteStore {
     }
 
     fn scan(&self, cursor: Option<&str>, limit: usize) -> Result<ScanPage, Error> {
+        self.scan_filtered(&ScanFilter::new(), cursor, limit)
+    }
+
+    fn scan_filtered(
+        &self,
+        filter: &ScanFilter,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<ScanPage, Error> {
         let after = cursor.map(decode_cursor).transpose()?;
         let limit = limit.max(1);
+        let upper = filter.scope_upper_bound();
+        let open = [Status::InProgress, Status::Unknown];
+        let open_only =
+            !filter.statuses.is_empty() && filter.statuses.iter().all(|s| open.contains(s));
+        let sql = sql::read_page(
+            filter.scope_prefix.is_some(),
+            upper.is_some(),
+            filter.statuses.len(),
+            open_only,
+            !filter.skip_results,
+        );
         self.with(None, self.inner.busy_timeout, |conn| {
             let (scope, id) = after
                 .as_ref()
-                .map(|k| (k.scope(), k.id()))
-                .unwrap_or(("", ""));
+                .map(|k| (Some(k.scope()), k.id()))
+                .unwrap_or((None, ""));
             let mut stmt = conn
-                .prepare_cached(sql::READ_PAGE)
+                .prepare_cached(&sql)
                 .map_err(|e| sql_err(None, "scanning records", e))?;
+            let limit_param = i64::try_from(limit).unwrap_or(i64::MAX);
+            let statuses: Vec<&str> = filter.statuses.iter().map(|s| s.as_str()).collect();
+            let mut args: Vec<&dyn rusqlite::ToSql> = vec![&scope, &id, &limit_param];
+            // Parameters by position: ?4 the prefix, ?5 its upper bound, the states from ?6;
+            // an unused position before a used one is NULL.
+            let has_states = !statuses.is_empty();
+            if filter.scope_prefix.is_some() || has_states {
+                match &filter.scope_prefix {
+                    Some(prefix) => args.push(prefix),
+                    None => args.push(&rusqlite::types::Null),
+                }
+            }
+            if upper.is_some() || has_states {
+                match &upper {
+                    Some(upper) => args.push(upper),
+                    None => args.push(&rusqlite::types::Null),
+                }
+            }
+            for s in &statuses {
+                args.push(s);
+            }
+            let skip = filter.skip_results;
             let rows = stmt
-                .query_map(
-                    params![scope, id, i64::try_from(limit).unwrap_or(i64::MAX)],
-                    |r| {
-                        let key = Key::from_parts(r.get::<_, String>(10)?, r.get::<_, String>(11)?);
-                        Ok((record_of(r), key))
-                    },
-                )
+                .query_map(args.as_slice(), |r| {
+                    let key = Key::from_parts(r.get::<_, String>(10)?, r.get::<_, String>(11)?);
+                    Ok((record_of_shape(r, skip), key))
+                })
                 .map_err(|e| sql_err(None, "scanning records", e))?;
             let now = self.inner.clock.now();
             let mut out = Vec::new();

@@ -8,8 +8,16 @@ use crate::fingerprint::Fingerprint;
 use crate::holder::{this_boot, Holder};
 use crate::record::{LocalRecord, Status};
 
-/// Reads a row's record columns (0..=9 and 12) without allocating for the columns it only inspects.
+/// Reads a row's record columns (0..=9, 12 and 13) without allocating for the columns it only inspects.
 pub(super) fn record_of(r: &Row<'_>) -> Result<LocalRecord, CorruptKind> {
+    record_of_shape(r, false)
+}
+
+/// [`record_of`] of a row whose result was left out of the query.
+pub(super) fn record_of_shape(
+    r: &Row<'_>,
+    without_result: bool,
+) -> Result<LocalRecord, CorruptKind> {
     let bad = |what: &str| CorruptKind::Record(format!("the {what} column is malformed"));
     let text = |i: usize, what: &str| match r.get_ref(i) {
         Ok(ValueRef::Text(t)) => std::str::from_utf8(t).map_err(|_| bad(what)),
@@ -45,7 +53,7 @@ pub(super) fn record_of(r: &Row<'_>) -> Result<LocalRecord, CorruptKind> {
         Ok(ValueRef::Blob(b)) => Some(b.to_vec()),
         _ => return Err(bad("result")),
     };
-    if status == Status::Completed && result.is_none() {
+    if status == Status::Completed && result.is_none() && !without_result {
         return Err(CorruptKind::Record(
             "a completed record has no result".into(),
         ));
@@ -61,6 +69,7 @@ pub(super) fn record_of(r: &Row<'_>) -> Result<LocalRecord, CorruptKind> {
         boot_id,
         lease_until_ns: unsigned(6, "lease_until")?,
         lease_until_wall_ms: int(12, "lease_wall")?,
+        changed_wall_ms: int(13, "changed_wall")?,
         expires_mono_ns: unsigned(7, "expires_mono")?,
         expires_wall_ms: int(8, "expires_wall")?,
         result,

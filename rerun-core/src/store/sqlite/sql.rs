@@ -5,7 +5,8 @@
 ///
 /// 1. rerun 0.1.
 /// 2. `lease_wall`: the lease end on the wall clock, for readers of another boot id.
-pub const SCHEMA_VERSION: i64 = 2;
+/// 3. `changed_wall` (when the record entered its state) and the index of open records.
+pub const SCHEMA_VERSION: i64 = 3;
 
 /// The statements that take a database from version `n` to `n + 1`, at index `n - 1`. They run
 /// inside the `BEGIN IMMEDIATE` transaction of [`SCHEMA`], so that when many processes open an
@@ -13,6 +14,10 @@ pub const SCHEMA_VERSION: i64 = 2;
 pub(super) const MIGRATIONS: &[&str] = &[
     "ALTER TABLE rerun_records ADD COLUMN lease_wall INTEGER NOT NULL DEFAULT 0;
      UPDATE rerun_meta SET value = 2 WHERE name = 'schema_version';",
+    "ALTER TABLE rerun_records ADD COLUMN changed_wall INTEGER NOT NULL DEFAULT 0;
+     CREATE INDEX IF NOT EXISTS rerun_records_open ON rerun_records (scope, id)
+         WHERE status IN ('in_progress', 'unknown');
+     UPDATE rerun_meta SET value = 3 WHERE name = 'schema_version';",
 ];
 
 /// Created in one `BEGIN IMMEDIATE` transaction, so that many processes opening a new file at
@@ -23,7 +28,7 @@ CREATE TABLE IF NOT EXISTS rerun_meta (
     name  TEXT PRIMARY KEY,
     value INTEGER NOT NULL
 ) WITHOUT ROWID;
-INSERT OR IGNORE INTO rerun_meta (name, value) VALUES ('schema_version', 2), ('fence', 0);
+INSERT OR IGNORE INTO rerun_meta (name, value) VALUES ('schema_version', 3), ('fence', 0);
 CREATE TABLE IF NOT EXISTS rerun_records (
     scope        TEXT    NOT NULL,
     id           TEXT    NOT NULL,
@@ -38,8 +43,11 @@ CREATE TABLE IF NOT EXISTS rerun_records (
     expires_wall INTEGER NOT NULL,
     result       BLOB,
     lease_wall   INTEGER NOT NULL DEFAULT 0,
+    changed_wall INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (scope, id)
 ) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS rerun_records_open ON rerun_records (scope, id)
+    WHERE status IN ('in_progress', 'unknown');
 ";
 
 /// The schema version, read after the schema is ensured.
@@ -50,7 +58,7 @@ pub(super) const SCHEMA_VERSION_READ: &str =
 macro_rules! columns {
     () => {
         "status, fence, fingerprint, holder, once, boot_id, lease_until, \
-         expires_mono, expires_wall, result, scope, id, lease_wall"
+         expires_mono, expires_wall, result, scope, id, lease_wall, changed_wall"
     };
 }
 
@@ -61,12 +69,39 @@ pub(super) const READ_ONE: &str = concat!(
     " FROM rerun_records WHERE scope = ?1 AND id = ?2"
 );
 
-/// One page of a scan, in key order.
-pub(super) const READ_PAGE: &str = concat!(
-    "SELECT ",
-    columns!(),
-    " FROM rerun_records WHERE (scope, id) > (?1, ?2) ORDER BY scope, id LIMIT ?3"
-);
+/// One page of a filtered scan, in key order: `?1`, `?2` the cursor, `?3` the limit, then the
+/// conditions the filter has (scope range `?4`..`?5`, states `?6`…). A scan of open states only
+/// repeats the open-records index's own condition, so that SQLite reads that index.
+pub(super) fn read_page(
+    prefix: bool,
+    upper: bool,
+    statuses: usize,
+    open_only: bool,
+    results: bool,
+) -> String {
+    let mut sql = String::from("SELECT ");
+    if results {
+        sql.push_str(concat!(columns!()));
+    } else {
+        sql.push_str(&concat!(columns!()).replacen("result,", "NULL,", 1));
+    }
+    sql.push_str(" FROM rerun_records WHERE (?1 IS NULL OR (scope, id) > (?1, ?2))");
+    if prefix {
+        sql.push_str(" AND scope >= ?4");
+    }
+    if upper {
+        sql.push_str(" AND scope < ?5");
+    }
+    if open_only {
+        sql.push_str(" AND status IN ('in_progress', 'unknown')");
+    }
+    if statuses > 0 {
+        let marks: Vec<String> = (0..statuses).map(|i| format!("?{}", 6 + i)).collect();
+        sql.push_str(&format!(" AND status IN ({})", marks.join(", ")));
+    }
+    sql.push_str(" ORDER BY scope, id LIMIT ?3");
+    sql
+}
 
 /// Draws the next fence from the one store-wide counter, inside the claim's transaction: fences
 /// grow across release, takeover, `forget` and purging, which delete nothing of the counter.
@@ -77,7 +112,7 @@ pub(super) const NEXT_FENCE: &str =
 /// lock: two processes cannot both see the key absent and both claim it.
 pub(super) const CLAIM: &str = "INSERT OR REPLACE INTO rerun_records (scope, id, status, fence, \
      fingerprint, holder, once, boot_id, lease_until, lease_wall, expires_mono, expires_wall, \
-     result) VALUES (?1, ?2, 'in_progress', ?3, ?4, ?5, ?6, ?7, ?8, ?9, 0, 0, NULL)";
+     result, changed_wall) VALUES (?1, ?2, 'in_progress', ?3, ?4, ?5, ?6, ?7, ?8, ?9, 0, 0, NULL, ?10)";
 
 // Every fenced statement names the claim's fence and `in_progress` in its WHERE: a zombie whose
 // claim was taken over (or completed, released, forgotten) matches no row, and zero rows is
@@ -86,11 +121,12 @@ pub(super) const CLAIM: &str = "INSERT OR REPLACE INTO rerun_records (scope, id,
 /// Records a result.
 pub(super) const COMPLETE: &str =
     "UPDATE rerun_records SET status = 'completed', holder = NULL, boot_id = ?4, \
-     expires_mono = ?5, expires_wall = ?6, result = ?7 \
+     expires_mono = ?5, expires_wall = ?6, result = ?7, changed_wall = ?8 \
      WHERE scope = ?1 AND id = ?2 AND fence = ?3 AND status = 'in_progress'";
 
 /// Gives the key back after a failed attempt.
-pub(super) const RELEASE: &str = "UPDATE rerun_records SET status = 'released', holder = NULL \
+pub(super) const RELEASE: &str = "UPDATE rerun_records SET status = 'released', holder = NULL, \
+     changed_wall = ?4 \
      WHERE scope = ?1 AND id = ?2 AND fence = ?3 AND status = 'in_progress'";
 
 /// Extends a lease.
@@ -99,7 +135,8 @@ pub(super) const RENEW: &str = "UPDATE rerun_records SET boot_id = ?4, lease_unt
      WHERE scope = ?1 AND id = ?2 AND fence = ?3 AND status = 'in_progress'";
 
 /// Marks an at-most-once attempt's outcome unknown.
-pub(super) const MARK_UNKNOWN: &str = "UPDATE rerun_records SET status = 'unknown' \
+pub(super) const MARK_UNKNOWN: &str = "UPDATE rerun_records SET status = 'unknown', \
+     changed_wall = ?4 \
      WHERE scope = ?1 AND id = ?2 AND fence = ?3 AND status = 'in_progress'";
 
 /// Forgets a key whatever its state; the fence counter keeps later tokens growing.

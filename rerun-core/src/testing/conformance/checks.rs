@@ -755,12 +755,14 @@ fn payload_mismatch<F: Factory>(factory: &F, _: &Settings) -> Result<Tally, Erro
     Ok(t)
 }
 
-/// Whether two reads show the same record, ignoring how much time its lease or ttl has left.
+/// Whether two reads show the same record, ignoring how much time its lease or ttl has left
+/// and its age.
 fn same_record(a: &Option<RecordView>, b: &Option<RecordView>) -> bool {
     let strip = |r: &Option<RecordView>| {
         r.clone().map(|mut r| {
             r.lease_remaining = None;
             r.expires_in = None;
+            r.age = None;
             r
         })
     };
