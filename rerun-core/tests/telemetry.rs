@@ -16,11 +16,14 @@ use tracing_subscriber::layer::{Context, Layer};
 use tracing_subscriber::prelude::*;
 use tracing_subscriber::registry::LookupSpan;
 
-/// Fields of every `rerun.call` span, and the messages of events, in order.
+/// The fields of a span or an event.
+type Fieldset = BTreeMap<String, String>;
+
+/// Fields of every `rerun.call` span, and the level and fields of events, in order.
 #[derive(Default, Clone)]
 struct Seen {
-    spans: Arc<Mutex<BTreeMap<u64, BTreeMap<String, String>>>>,
-    events: Arc<Mutex<Vec<(String, BTreeMap<String, String>)>>>,
+    spans: Arc<Mutex<BTreeMap<u64, Fieldset>>>,
+    events: Arc<Mutex<Vec<(String, Fieldset)>>>,
 }
 
 struct Fields<'a>(&'a mut BTreeMap<String, String>);
@@ -67,7 +70,7 @@ impl Seen {
             .map(|f| f.get("outcome").cloned().unwrap_or_default())
             .collect()
     }
-    fn event(&self, contains: &str) -> Option<(String, BTreeMap<String, String>)> {
+    fn event(&self, contains: &str) -> Option<(String, Fieldset)> {
         self.events
             .lock()
             .unwrap()
