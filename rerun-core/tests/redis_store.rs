@@ -292,18 +292,14 @@ fn a_newer_schema_is_corrupt_naming_both_versions_and_left_untouched() {
     let key = Key::new("s", "from-the-future");
     let rk = store.record_key(&key);
     let mut conn = raw(&url);
+    // A record of a layout this build does not know: its first byte is its format.
     let newer = SCHEMA_VERSION + 1;
-    let _: () = redis::cmd("HSET")
+    let _: () = redis::cmd("SET")
         .arg(&rk)
-        .arg("v")
-        .arg(newer)
-        .arg("st")
-        .arg("sealed")
-        .arg("fe")
-        .arg(9)
+        .arg(format!("{newer}sealed and unknown"))
         .query(&mut conn)
         .unwrap();
-    let before: Vec<(String, String)> = redis::cmd("HGETALL").arg(&rk).query(&mut conn).unwrap();
+    let before: Vec<u8> = redis::cmd("GET").arg(&rk).query(&mut conn).unwrap();
     let fp = Fingerprint::EMPTY;
     let h = Holder::current();
     let err = store
@@ -332,7 +328,7 @@ fn a_newer_schema_is_corrupt_naming_both_versions_and_left_untouched() {
     assert!(matches!(store.inspect(&key), Err(Error::Corrupt { .. })));
     let ran = Call::new("s", "from-the-future").run(&store, || Ok::<_, Error>(1));
     assert!(matches!(ran, Err(Error::Corrupt { .. })), "{ran:?}");
-    let after: Vec<(String, String)> = redis::cmd("HGETALL").arg(&rk).query(&mut conn).unwrap();
+    let after: Vec<u8> = redis::cmd("GET").arg(&rk).query(&mut conn).unwrap();
     assert_eq!(before, after);
     // Only an explicit forget lets the key run again.
     assert!(store.forget(&key).unwrap());
@@ -617,4 +613,83 @@ fn block_on<F: std::future::Future>(fut: F) -> F::Output {
         }
         std::thread::park();
     }
+}
+
+/// A record written by rerun 0.1 (a hash) is upgraded to one string when first met, with the
+/// time it had left, and keeps working: replayed, fenced, forgotten.
+#[test]
+fn records_of_rerun_0_1_are_upgraded_in_place() {
+    let Some(url) = url() else { return };
+    let name = unique("upgrade");
+    let store = store(&url, &name);
+    let mut conn = raw(&url);
+    let result = codec::encode(&"the 0.1 receipt").unwrap();
+    let done = Key::new("s", "done");
+    let _: () = redis::cmd("HSET")
+        .arg(store.record_key(&done))
+        .arg("v")
+        .arg(1)
+        .arg("st")
+        .arg("completed")
+        .arg("fe")
+        .arg(41)
+        .arg("fp")
+        .arg(&Fingerprint::EMPTY.0[..])
+        .arg("on")
+        .arg("0")
+        .arg("ex")
+        .arg(u64::MAX / 4)
+        .arg("re")
+        .arg(&result[..])
+        .query(&mut conn)
+        .unwrap();
+    let _: () = redis::cmd("PEXPIRE")
+        .arg(store.record_key(&done))
+        .arg(60_000)
+        .query(&mut conn)
+        .unwrap();
+    let out = Call::new("s", "done")
+        .run(&store, || Ok::<_, Error>("new".to_owned()))
+        .unwrap();
+    assert_eq!(
+        (out.value.as_str(), out.replayed, out.fence),
+        ("the 0.1 receipt", true, 41)
+    );
+    let kind: String = redis::cmd("TYPE")
+        .arg(store.record_key(&done))
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(kind, "string");
+    let ttl: i64 = redis::cmd("PTTL")
+        .arg(store.record_key(&done))
+        .query(&mut conn)
+        .unwrap();
+    assert!(ttl > 50_000 && ttl <= 60_000, "{ttl}");
+    // An in-progress 0.1 claim of a host that does not exist: taken over after its lease.
+    let held = Key::new("s", "held");
+    let _: () = redis::cmd("HSET")
+        .arg(store.record_key(&held))
+        .arg("v")
+        .arg(1)
+        .arg("st")
+        .arg("in_progress")
+        .arg("fe")
+        .arg(7)
+        .arg("fp")
+        .arg(&Fingerprint::EMPTY.0[..])
+        .arg("ho")
+        .arg("elsewhere\tboot\t1\t1\t1")
+        .arg("on")
+        .arg("0")
+        .arg("lu")
+        .arg(1)
+        .query(&mut conn)
+        .unwrap();
+    let view = store.inspect(&held).unwrap().unwrap();
+    assert_eq!((view.status, view.fence), (Status::InProgress, 7));
+    let taken = Call::new("s", "held")
+        .run(&store, || Ok::<_, Error>(2))
+        .unwrap();
+    assert!(!taken.replayed && taken.fence > 7);
+    cleanup(&url, &name);
 }

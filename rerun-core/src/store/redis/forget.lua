@@ -5,22 +5,23 @@
 -- ARGV[1]  how long the tombstone keeps the fence, in milliseconds
 --
 -- Replies 1 when there was a record, else 0.
-local SCHEMA = @SCHEMA@
 local rec = KEYS[1]
 local kind = redis.call('TYPE', rec)['ok']
 if kind == 'none' then return 0 end
--- A key of another type under our name is removed too: forget is the way out of `Corrupt`.
-if kind ~= 'hash' then
+local raw = nil
+if kind == 'string' then
+  raw = redis.call('GET', rec)
+elseif kind == 'hash' then
+  raw = upgrade(rec)
+end
+local r = raw and parse(raw)
+if not r then
+  -- Another type, a newer format or garbage under our name: forget is the way out of Corrupt.
   redis.call('DEL', rec)
   return 1
 end
-local r = redis.call('HMGET', rec, 'st', 'fe')
-if r[1] == 'forgotten' then return 0 end
-redis.call('DEL', rec)
+if r.st == 'f' then return 0 end
 -- The tombstone keeps the next claim's token above every earlier one even if the server's
 -- clock steps back; it is invisible to inspect and scan, and expires by itself.
-if tonumber(r[2]) then
-  redis.call('HSET', rec, 'v', SCHEMA, 'st', 'forgotten', 'fe', r[2])
-  redis.call('PEXPIRE', rec, tonumber(ARGV[1]))
-end
+redis.call('SET', rec, build('f', '0', r.fe, 0, 0, clock(), r.fp, '', ''), 'PX', ARGV[1])
 return 1

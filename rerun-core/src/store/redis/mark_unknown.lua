@@ -5,11 +5,9 @@
 -- ARGV[1]  the claim's fence
 --
 -- Replies 'ok', 'lost' or 'version:N'.
-local SCHEMA = @SCHEMA@
 local rec = KEYS[1]
-local r = redis.call('HMGET', rec, 'v', 'st', 'fe')
-if r[1] and (tonumber(r[1]) or 0) > SCHEMA then return 'version:' .. r[1] end
 -- Fenced: a zombie must not turn its successor's live claim into an unknown outcome.
-if r[2] ~= 'in_progress' or r[3] ~= ARGV[1] then return 'lost' end
-redis.call('HSET', rec, 'st', 'unknown')
+local r, reply = held(rec, ARGV[1])
+if not r then return reply end
+redis.call('SET', rec, build('u', r.on, r.fe, 0, 0, clock(), r.fp, r.ho, ''))
 return 'ok'

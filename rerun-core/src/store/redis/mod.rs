@@ -73,9 +73,11 @@
 
 mod conn;
 mod durability;
+mod layout;
 mod names;
 mod reply;
 mod scripts;
+mod upgrade;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -87,18 +89,23 @@ use crate::error::Error;
 use crate::global::redact;
 use crate::key::Key;
 use crate::record::{Claim, ClaimRequest, ClaimResponse, RecordView};
-use crate::store::{call_deadline, AsyncStore, ScanPage, Store, StoreFuture};
+use crate::store::{call_deadline, AsyncStore, ScanFilter, ScanPage, Store, StoreFuture};
 
 use conn::{AsyncConn, Pool};
 use durability::OnceDurability;
 pub use durability::Persistence;
-use names::{parse_record_key, record_key, scan_pattern, split_prefix};
+use names::{parse_record_key, record_key, scan_pattern_within, split_prefix};
 use reply::{newer, parse_claim, parse_fenced, parse_view, unexpected, Fenced};
 use scripts::{claim_args, span_us, Arg, Scripts, FENCE_KEEP_MS};
 
 /// The record layout this build writes; a record with a newer one is refused as
-/// [`Error::Corrupt`], never overwritten.
-pub const SCHEMA_VERSION: u32 = 1;
+/// [`Error::Corrupt`], never overwritten, and one of rerun 0.1 (a hash, layout 1) is upgraded
+/// in place when a script first meets it (and by a sweep after connect).
+///
+/// 1. rerun 0.1: a hash per record.
+/// 2. One string per record (see `prelude.lua`): every transition is one GET and one SET, and
+///    a replay reads no clock.
+pub const SCHEMA_VERSION: u32 = 2;
 
 /// The largest key or result Redis accepts by default (`proto-max-bulk-len`, 512 MiB).
 pub const DEFAULT_MAX_VALUE_BYTES: usize = 512 * 1024 * 1024;
@@ -351,6 +358,7 @@ impl RedisStore {
             }
         }
         store.put_back(0, pooled);
+        store.start_upgrade_sweep();
         Ok(store)
     }
 
@@ -639,6 +647,17 @@ impl Store for RedisStore {
     }
 
     fn scan(&self, cursor: Option<&str>, limit: usize) -> Result<ScanPage, Error> {
+        self.scan_filtered(&ScanFilter::new(), cursor, limit)
+    }
+
+    /// A scope prefix narrows the `SCAN MATCH` pattern on the server; states are selected from
+    /// the records read (Redis keeps no index of them).
+    fn scan_filtered(
+        &self,
+        filter: &ScanFilter,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<ScanPage, Error> {
         let limit = limit.max(1);
         let mut cursor: u64 = match cursor {
             None => 0,
@@ -646,7 +665,7 @@ impl Store for RedisStore {
                 Error::config(format!("{c:?} is not a scan cursor of this Redis store"))
             })?,
         };
-        let pattern = scan_pattern(&self.inner.prefix);
+        let pattern = scan_pattern_within(&self.inner.prefix, filter.scope_prefix.as_deref());
         let mut names: Vec<String> = Vec::new();
         // SCAN may answer a page without matches; go on until there is something to return
         // or the iteration is over.
@@ -706,8 +725,13 @@ impl Store for RedisStore {
         };
         let mut records = Vec::with_capacity(keys.len());
         for ((key, name), reply) in keys.iter().zip(&replies) {
-            if let Some(view) = parse_view(key, name, reply)? {
-                records.push(view);
+            if let Some(mut view) = parse_view(key, name, reply)? {
+                if filter.matches(&view) {
+                    if filter.skip_results {
+                        view.result = None;
+                    }
+                    records.push(view);
+                }
             }
         }
         Ok(ScanPage {
@@ -880,7 +904,11 @@ mod tests {
 
     #[test]
     fn scan_pattern_escapes_globs() {
-        assert_eq!(scan_pattern("a*b?:"), "a\\*b\\?:{*}");
+        assert_eq!(scan_pattern_within("a*b?:", None), "a\\*b\\?:{*}");
+        assert_eq!(
+            scan_pattern_within("p:", Some("bill:ing*")),
+            "p:{bill%3Aing\\**}"
+        );
     }
 
     #[test]
@@ -888,9 +916,9 @@ mod tests {
         let scripts = Scripts::new();
         assert_eq!(scripts.sources.len(), 7);
         for source in &scripts.sources {
-            assert!(!source.contains("@SCHEMA@"));
+            assert!(!source.contains("@FORMAT@"));
         }
-        assert!(scripts.sources[0].contains(&format!("local SCHEMA = {SCHEMA_VERSION}\n")));
+        assert!(scripts.sources[0].contains(&format!("local FORMAT = '{SCHEMA_VERSION}'\n")));
     }
 
     #[test]

@@ -103,15 +103,24 @@ pub(super) fn parse_record_key(prefix: &str, name: &str) -> Option<Key> {
     Some(Key::from_parts(unescape(scope)?, unescape(id)?))
 }
 
-/// `SCAN MATCH` pattern of every record under `prefix`.
-pub(super) fn scan_pattern(prefix: &str) -> String {
-    let mut out = String::with_capacity(prefix.len() + 4);
-    for c in prefix.chars() {
-        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
-            out.push('\\');
+/// `SCAN MATCH` pattern of the records under `prefix` whose scope starts with `scope_prefix`.
+pub(super) fn scan_pattern_within(prefix: &str, scope_prefix: Option<&str>) -> String {
+    let mut out = String::with_capacity(prefix.len() + 8);
+    let glob = |out: &mut String, text: &str| {
+        for c in text.chars() {
+            if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+                out.push('\\');
+            }
+            out.push(c);
         }
-        out.push(c);
+    };
+    glob(&mut out, prefix);
+    out.push('{');
+    if let Some(scope) = scope_prefix {
+        let mut escaped = String::new();
+        escape_into(&mut escaped, scope, true);
+        glob(&mut out, &escaped);
     }
-    out.push_str("{*}");
+    out.push_str("*}");
     out
 }

@@ -9,9 +9,10 @@ use crate::fingerprint::Fingerprint;
 use crate::holder::Holder;
 use crate::key::Key;
 use crate::record::{
-    Abandoned, Busy, Claim, ClaimRequest, ClaimResponse, Fence, RecordView, Replay, Status,
+    Abandoned, Busy, Claim, ClaimRequest, ClaimResponse, RecordView, Replay, Status,
 };
 
+use super::layout::{self, Unreadable};
 use super::SCHEMA_VERSION;
 
 /// Whether a claim script's reply grants the claim.
@@ -156,72 +157,63 @@ pub(super) fn parse_view(
     let parts = items(reply);
     let bad = || unexpected(key, "reading the record", reply);
     let now = parts.first().and_then(number).ok_or_else(bad)?;
-    match parts.get(1).and_then(text) {
+    let raw = match parts.get(1).and_then(text) {
         Some("none") => return Ok(None),
-        Some("hash") => {}
-        Some(other) => {
+        Some("record") => parts.get(2).and_then(bytes).ok_or_else(bad)?,
+        Some("other") => {
+            let kind = parts.get(2).and_then(text).unwrap_or("another type");
             return Err(Error::corrupt(
                 key,
                 CorruptKind::Record(format!(
-                    "the Redis key {record} holds a {other}, not rerun's hash"
+                    "the Redis key {record} holds a {kind}, not a rerun record"
                 )),
-            ))
+            ));
         }
-        None => return Err(bad()),
-    }
-    // A missing field is nil to a RESP2 client and `false` to a RESP3 one.
-    let field = |i: usize| {
-        parts
-            .get(i + 2)
-            .filter(|v| !matches!(v, Value::Nil | Value::Boolean(false)))
+        _ => return Err(bad()),
     };
-    let corrupt = |msg: &str| Error::corrupt(key, CorruptKind::Record(msg.to_owned()));
-    let status = match field(1).and_then(text) {
-        None | Some("forgotten") => return Ok(None),
-        Some(s) => s,
+    view_of(key, now, raw)
+}
+
+/// A record's view from its stored bytes, at `now` (Redis' clock, microseconds); `None` for a
+/// tombstone.
+pub(super) fn view_of(key: &Key, now: u64, raw: &[u8]) -> Result<Option<RecordView>, Error> {
+    let r = match layout::parse(raw) {
+        Ok(r) => r,
+        Err(Unreadable::Newer(found)) => return Err(newer(key, found)),
+        Err(Unreadable::Corrupt(kind)) => return Err(Error::corrupt(key, kind)),
     };
-    let version = field(0)
-        .and_then(number)
-        .ok_or_else(|| corrupt("the record has no schema version"))?;
-    if version > u64::from(SCHEMA_VERSION) {
-        return Err(newer(key, u32::try_from(version).unwrap_or(u32::MAX)));
-    }
-    let status =
-        Status::parse(status).ok_or_else(|| corrupt(&format!("unknown status {status:?}")))?;
-    let fence: Fence = field(2)
-        .and_then(number)
-        .ok_or_else(|| corrupt("the record has no fence"))?;
-    let fingerprint = field(3)
-        .and_then(bytes)
-        .and_then(Fingerprint::from_slice)
-        .ok_or_else(|| corrupt("the fingerprint is not 32 bytes"))?;
-    let holder = match field(4) {
-        None => None,
-        Some(v) => {
-            let s = text(v).unwrap_or("");
-            Some(Holder::decode(s).ok_or_else(|| corrupt(&format!("malformed holder {s:?}")))?)
-        }
+    let corrupt = |msg: String| Error::corrupt(key, CorruptKind::Record(msg));
+    let status = match r.state {
+        b'p' => Status::InProgress,
+        b'c' => Status::Completed,
+        b'r' => Status::Released,
+        b'u' => Status::Unknown,
+        b'f' => return Ok(None),
+        other => return Err(corrupt(format!("unknown state {:?}", other as char))),
     };
-    let left = |i: usize| {
-        field(i)
-            .and_then(number)
-            .filter(|until| *until > now)
-            .map(|until| Duration::from_micros(until - now))
+    let fingerprint = Fingerprint::from_slice(r.fingerprint)
+        .ok_or_else(|| corrupt("the fingerprint is not 32 bytes".into()))?;
+    let holder = if r.holder.is_empty() {
+        None
+    } else {
+        let s = std::str::from_utf8(r.holder).unwrap_or("");
+        Some(Holder::decode(s).ok_or_else(|| corrupt(format!("malformed holder {s:?}")))?)
     };
-    let result = field(8).and_then(bytes).map(<[u8]>::to_vec);
-    if status == Status::Completed && result.is_none() {
-        return Err(corrupt("a completed record has no result"));
-    }
+    let left = |until: u64| (until > now).then(|| Duration::from_micros(until - now));
     Ok(Some(RecordView {
         key: key.clone(),
         status,
-        fence,
+        fence: r.fence,
         fingerprint,
         holder,
-        once: field(5).and_then(text) == Some("1"),
-        lease_remaining: (status == Status::InProgress).then(|| left(6)).flatten(),
-        expires_in: (status == Status::Completed).then(|| left(7)).flatten(),
-        result: (status == Status::Completed).then_some(result).flatten(),
-        age: None,
+        once: r.once,
+        lease_remaining: (status == Status::InProgress)
+            .then(|| left(r.lease_until))
+            .flatten(),
+        expires_in: (status == Status::Completed)
+            .then(|| left(r.expires))
+            .flatten(),
+        result: (status == Status::Completed).then(|| r.result.to_vec()),
+        age: (r.changed > 0).then(|| Duration::from_micros(now.saturating_sub(r.changed))),
     }))
 }

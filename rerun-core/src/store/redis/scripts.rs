@@ -41,7 +41,14 @@ impl Scripts {
             include_str!("inspect.lua"),
         ]
         .iter()
-        .map(|code| code.replace("@SCHEMA@", &SCHEMA_VERSION.to_string()))
+        .map(|code| {
+            // Every script carries the shared layout code; its version is the format.
+            let mut source =
+                include_str!("prelude.lua").replace("@FORMAT@", &SCHEMA_VERSION.to_string());
+            source.push('\n');
+            source.push_str(code);
+            source
+        })
         .collect();
         let script = |i: usize| Script::new(&sources[i]);
         Scripts {

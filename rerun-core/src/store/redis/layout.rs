@@ -1,0 +1,108 @@
+//! The record layout of format 2 (see `prelude.lua`, which writes it), read in Rust for
+//! inspect and scan.
+
+use crate::error::CorruptKind;
+
+/// The format this build writes.
+pub(super) const FORMAT: u8 = b'2';
+const HEADER: usize = 103;
+
+/// A record as stored.
+pub(super) struct Raw<'a> {
+    pub(super) state: u8,
+    pub(super) once: bool,
+    pub(super) fence: u64,
+    pub(super) lease_until: u64,
+    pub(super) expires: u64,
+    pub(super) changed: u64,
+    pub(super) fingerprint: &'a [u8],
+    pub(super) holder: &'a [u8],
+    pub(super) result: &'a [u8],
+}
+
+/// Why a record's bytes cannot be read: written by a newer rerun, or malformed.
+pub(super) enum Unreadable {
+    Newer(u32),
+    Corrupt(CorruptKind),
+}
+
+fn digits(bytes: &[u8]) -> Option<u64> {
+    std::str::from_utf8(bytes).ok()?.parse().ok()
+}
+
+/// Reads a record's bytes.
+pub(super) fn parse(raw: &[u8]) -> Result<Raw<'_>, Unreadable> {
+    let bad = |why: &str| Unreadable::Corrupt(CorruptKind::Record(why.to_owned()));
+    let Some(&format) = raw.first() else {
+        return Err(bad("the record is empty"));
+    };
+    if format != FORMAT {
+        return match (format as char).to_digit(10) {
+            Some(v) if v > u32::from(FORMAT - b'0') => Err(Unreadable::Newer(v)),
+            _ => Err(bad("the record has an unknown format")),
+        };
+    }
+    if raw.len() < HEADER {
+        return Err(bad("the record is shorter than its header"));
+    }
+    let num = |from: usize| digits(&raw[from..from + 16]);
+    let (Some(fence), Some(lease_until), Some(expires), Some(changed)) =
+        (num(3), num(19), num(35), num(51))
+    else {
+        return Err(bad("a number in the record is malformed"));
+    };
+    let Some(holder_len) = digits(&raw[99..103]).and_then(|n| usize::try_from(n).ok()) else {
+        return Err(bad("the holder's length is malformed"));
+    };
+    let Some(holder) = raw.get(HEADER..HEADER + holder_len) else {
+        return Err(bad("the record is truncated"));
+    };
+    Ok(Raw {
+        state: raw[1],
+        once: raw[2] == b'1',
+        fence,
+        lease_until,
+        expires,
+        changed,
+        fingerprint: &raw[67..99],
+        holder,
+        result: &raw[HEADER + holder_len..],
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn build(st: u8, fence: u64, holder: &str, result: &[u8]) -> Vec<u8> {
+        let mut out = vec![FORMAT, st, b'0'];
+        for n in [fence, 5, 6, 7] {
+            out.extend_from_slice(format!("{n:016}").as_bytes());
+        }
+        out.extend_from_slice(&[9u8; 32]);
+        out.extend_from_slice(format!("{:04}", holder.len()).as_bytes());
+        out.extend_from_slice(holder.as_bytes());
+        out.extend_from_slice(result);
+        out
+    }
+
+    #[test]
+    fn reads_what_the_scripts_write() {
+        let raw = build(b'c', 1_799_000_000_000_123, "h\t1", b"\x00result");
+        let Ok(r) = parse(&raw) else { panic!("parses") };
+        assert_eq!(
+            (r.state, r.fence, r.lease_until, r.expires, r.changed),
+            (b'c', 1_799_000_000_000_123, 5, 6, 7)
+        );
+        assert_eq!(
+            (r.holder, r.result, r.fingerprint.len()),
+            (&b"h\t1"[..], &b"\x00result"[..], 32)
+        );
+        for cut in 0..raw.len() - 7 {
+            assert!(parse(&raw[..cut]).is_err(), "{cut}");
+        }
+        let mut newer = raw.clone();
+        newer[0] = b'7';
+        assert!(matches!(parse(&newer), Err(Unreadable::Newer(7))));
+    }
+}

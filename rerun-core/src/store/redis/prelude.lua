@@ -1,0 +1,108 @@
+-- Shared by every script (prepended when the scripts are loaded): the record layout, and the
+-- upgrade of a record written by rerun 0.1 (a hash) to it.
+--
+-- One string per record, so that every script reads the record with one GET and writes it with
+-- one SET, and a completed record is replayed without reading the clock:
+--
+--   1        format ('2')
+--   2        state: p in progress, c completed, r released, u unknown, f forgotten (tombstone)
+--   3        '1' for an at-most-once claim, else '0'
+--   4..19    fence, 16 decimal digits
+--   20..35   lease end, microseconds on Redis' clock (0: none)
+--   36..51   expiry, microseconds (0: none; Redis expires the key at the same instant)
+--   52..67   when the record entered its state, microseconds
+--   68..99   payload fingerprint, 32 bytes
+--   100..103 length of the holder, 4 digits
+--   then the holder (`Holder::encode`), then the result (the rest)
+local FORMAT = '@FORMAT@'
+local HEADER = 103
+
+local function pad(n)
+  return string.format('%016.0f', n)
+end
+
+local function build(st, on, fe, lu, ex, ch, fp, ho, re)
+  return FORMAT .. st .. on .. pad(fe) .. pad(lu) .. pad(ex) .. pad(ch) .. fp ..
+    string.format('%04d', string.len(ho)) .. ho .. re
+end
+
+-- The record's fields, or nil and why ('version' and the format found, or a reason).
+local function parse(raw)
+  local v = string.sub(raw, 1, 1)
+  if v ~= FORMAT then
+    if tonumber(v) and tonumber(v) > tonumber(FORMAT) then return nil, 'version', v end
+    return nil, 'the record has an unknown format'
+  end
+  if string.len(raw) < HEADER then return nil, 'the record is shorter than its header' end
+  local r = {
+    st = string.sub(raw, 2, 2), on = string.sub(raw, 3, 3),
+    fe = tonumber(string.sub(raw, 4, 19)), lu = tonumber(string.sub(raw, 20, 35)),
+    ex = tonumber(string.sub(raw, 36, 51)), ch = tonumber(string.sub(raw, 52, 67)),
+    fp = string.sub(raw, 68, 99),
+  }
+  local hl = tonumber(string.sub(raw, 100, 103))
+  if not (r.fe and r.lu and r.ex and r.ch and hl) then
+    return nil, 'a number in the record is malformed'
+  end
+  if string.len(raw) < HEADER + hl then return nil, 'the record is truncated' end
+  r.ho = string.sub(raw, HEADER + 1, HEADER + hl)
+  r.re = string.sub(raw, HEADER + hl + 1)
+  return r
+end
+
+-- A record of rerun 0.1 (a hash) as a record of this layout, written in its place with the
+-- time it had left; nil if the key holds anything else.
+local STATES = {in_progress = 'p', completed = 'c', released = 'r', unknown = 'u', forgotten = 'f'}
+local function upgrade(rec)
+  if redis.call('TYPE', rec)['ok'] ~= 'hash' then return nil end
+  local h = redis.call('HMGET', rec, 'v', 'st', 'fe', 'fp', 'ho', 'on', 'lu', 'ex', 're')
+  local st = STATES[h[2] or '']
+  local fe = tonumber(h[3])
+  if not st or not fe or tonumber(h[1] or '') ~= 1 then return nil end
+  local fp = h[4] or string.rep('\0', 32)
+  if string.len(fp) ~= 32 then return nil end
+  local raw = build(st, h[6] == '1' and '1' or '0', fe, tonumber(h[7]) or 0,
+    tonumber(h[8]) or 0, 0, fp, h[5] or '', h[9] or '')
+  local ttl = redis.call('PTTL', rec)
+  redis.call('DEL', rec)
+  if ttl > 0 then
+    redis.call('SET', rec, raw, 'PX', ttl)
+  else
+    redis.call('SET', rec, raw)
+  end
+  return raw
+end
+
+-- The record's string (false when absent), or nil and 'wrongtype'.
+local function load(rec)
+  local raw = redis.pcall('GET', rec)
+  if type(raw) == 'table' and raw.err then
+    raw = upgrade(rec)
+    if not raw then return nil, 'wrongtype' end
+  end
+  return raw
+end
+
+local function clock()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
+local function num(n)
+  return string.format('%.0f', n)
+end
+
+-- The claim a fenced script acts for: the record, or a reply ('lost', 'version:N').
+local function held(rec, fence)
+  local raw, err = load(rec)
+  if err or not raw then return nil, 'lost' end
+  local r, why, v = parse(raw)
+  if not r then
+    if why == 'version' then return nil, 'version:' .. v end
+    return nil, 'lost'
+  end
+  -- The fence check: a zombie whose claim was taken over (the record carries a greater
+  -- fence), released or completed must not change its successor's record.
+  if r.st ~= 'p' or num(r.fe) ~= fence then return nil, 'lost' end
+  return r
+end
