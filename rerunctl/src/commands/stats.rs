@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::hash::{DefaultHasher, Hash as _, Hasher as _};
 
 use rerun_core::store::ScanFilter;
-use rerun_core::{RecordView, Status};
+use rerun_core::{RecordView, Status, Store};
 use serde::Serialize;
 
 use crate::cli::Context;
@@ -97,8 +97,8 @@ fn keep_oldest(slot: &mut Option<RecordView>, candidate: &RecordView) {
 }
 
 /// Counts the records of `store` (whose scope starts with `prefix`).
-pub fn collect(
-    store: &dyn rerun_core::DynStore,
+pub fn collect<S: Store + ?Sized>(
+    store: &S,
     prefix: Option<&str>,
     progress: &mut Progress,
 ) -> Result<Stats, rerun_core::Error> {
@@ -251,7 +251,7 @@ fn describe(record: Option<&RecordView>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rerun_core::{Call, Error, MemoryStore, Store as _};
+    use rerun_core::{Call, Error, MemoryStore};
     use std::time::Duration;
 
     #[test]
