@@ -101,7 +101,7 @@ pub fn run(ctx: &Context, args: &Args) -> Result<(), Failure> {
 
     if !args.yes {
         let what = match &record {
-            Some(r) => format!("{} (fence {})", r.status.as_str(), r.fence),
+            Some(r) => format!("{}, fence {}", r.status.as_str(), r.fence),
             None => "unreadable".to_owned(),
         };
         if !ctx.can_ask() {
