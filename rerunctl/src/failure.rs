@@ -174,6 +174,26 @@ impl Failure {
     }
 }
 
+/// The JSON error document of a usage error clap found (its message is already on stderr),
+/// for a script that asked for `--json`.
+pub fn usage_document(rendered: &str) {
+    let first = rendered.lines().next().unwrap_or_default();
+    let message = first.strip_prefix("error: ").unwrap_or(first);
+    let help = rendered
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("tip: "))
+        .map(str::to_owned);
+    let doc = serde_json::json!({
+        "error": {
+            "kind": Kind::Usage.as_str(),
+            "message": message,
+            "help": help.unwrap_or_else(|| "see `rerunctl --help`".to_owned()),
+            "exit_code": FAILURE,
+        }
+    });
+    let _ = output::print_json(&doc);
+}
+
 impl From<std::io::Error> for Failure {
     fn from(e: std::io::Error) -> Failure {
         if e.kind() == std::io::ErrorKind::BrokenPipe {

@@ -60,6 +60,9 @@ fn main() -> ExitCode {
         Err(e) => {
             // Help and version go to stdout with 0; usage errors to stderr with 2.
             let _ = e.print();
+            if e.use_stderr() && std::env::args_os().any(|a| a == "--json") {
+                failure::usage_document(&e.render().to_string());
+            }
             return ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(failure::FAILURE));
         }
     };

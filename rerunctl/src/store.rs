@@ -45,8 +45,12 @@ pub fn open(flag: Option<&str>) -> Result<Opened, Failure> {
                 .map_err(|e| Failure::store(&format!("cannot open the store {shown}"), e))
         })
         .map_err(|f| f.scrub(&secrets))?;
+    let mut name = opened.describe();
+    for secret in &secrets {
+        name = name.replace(secret.as_str(), "***");
+    }
     Ok(Opened {
-        name: opened.describe(),
+        name,
         store: opened,
         secrets,
     })

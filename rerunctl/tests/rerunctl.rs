@@ -425,6 +425,38 @@ fn corrupt_records_on_sqlite() {
     corrupt_records_on(&Backend::sqlite());
 }
 
+/// A record whose row itself is malformed cannot be listed or shown (exit 1, naming the key
+/// and how to clear it), and `forget` clears it.
+#[test]
+fn a_malformed_row_on_sqlite() {
+    let store = Backend::sqlite();
+    let key = Key::new("billing.charge", "evt_odd");
+    Call::with_key(key.clone())
+        .run(&*store.open(), || Ok::<_, Error>(1))
+        .expect("a record");
+    let Backend::Sqlite { path, .. } = &store else {
+        return;
+    };
+    let db = rusqlite::Connection::open(path).expect("raw SQLite");
+    db.execute(
+        "UPDATE rerun_records SET status = 'exploded' WHERE id = ?1",
+        [key.id()],
+    )
+    .expect("update");
+    let ls = on(&store, &["ls"]).expect(1);
+    assert!(
+        ls.stderr.contains("evt_odd") && ls.stderr.contains("forget billing.charge evt_odd --yes"),
+        "{}",
+        ls.stderr
+    );
+    let run = on(&store, &["show", "billing.charge", "evt_odd", "--json"]).expect(1);
+    assert_eq!(run.json()["error"]["kind"], "corrupt");
+    on(&store, &["forget", "billing.charge", "evt_odd"]).expect(1);
+    let run = on(&store, &["forget", "billing.charge", "evt_odd", "--yes"]).expect(0);
+    assert!(run.stderr.contains("cannot be read"), "{}", run.stderr);
+    on(&store, &["ls", "--json"]).expect(0);
+}
+
 #[test]
 fn corrupt_records_on_postgres() {
     if let Some(store) = Backend::postgres() {
@@ -628,7 +660,9 @@ fn bad_input_and_faults() {
 
     // Usage errors, clap's own too: 2.
     ctl(["ls", "--bogus"]).run().expect(2);
-    ctl(["ls", "--status", "done"]).run().expect(2);
+    let run = ctl(["ls", "--status", "done", "--json"]).run().expect(2);
+    assert_eq!(run.json()["error"]["kind"], "usage", "{run:?}");
+    assert!(run.stderr.contains("done"), "{}", run.stderr);
     ctl(["ls", "--older-than", "soon"]).run().expect(2);
     ctl(["show", "only.scope"]).run().expect(2);
     ctl(["frobnicate"]).run().expect(2);

@@ -212,7 +212,7 @@ fn alive_cell(r: &RecordView) -> String {
 /// Runs `ls`.
 pub fn run(ctx: &Context, args: &Args) -> Result<(), Failure> {
     let opened = crate::store::open(ctx.store.as_deref())?;
-    let mut progress = Progress::new(ctx.stderr_is_terminal && !ctx.json);
+    let mut progress = Progress::new(ctx.stderr_is_terminal);
     let listing = list(&*opened.store, args, &mut progress)
         .map_err(|e| opened.failure("listing records", e))?;
     drop(progress);

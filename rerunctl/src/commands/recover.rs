@@ -54,7 +54,7 @@ struct Document<'a> {
 /// Runs `recover`.
 pub fn run(ctx: &Context, args: &Args) -> Result<(), Failure> {
     let opened = crate::store::open(ctx.store.as_deref())?;
-    let mut progress = Progress::new(ctx.stderr_is_terminal && !ctx.json);
+    let mut progress = Progress::new(ctx.stderr_is_terminal);
     let verb = if args.dry_run {
         "planning"
     } else {

@@ -165,7 +165,7 @@ struct Document<'a> {
 /// Runs `stats`.
 pub fn run(ctx: &Context, args: &Args) -> Result<(), Failure> {
     let opened = crate::store::open(ctx.store.as_deref())?;
-    let mut progress = Progress::new(ctx.stderr_is_terminal && !ctx.json);
+    let mut progress = Progress::new(ctx.stderr_is_terminal);
     let stats = collect(&*opened.store, args.scope.as_deref(), &mut progress)
         .map_err(|e| opened.failure("counting records", e))?;
     drop(progress);
