@@ -23,12 +23,15 @@ reads as something else in quotes ('\"42\"'), numbers bare (42), tuples in paren
 With --json, every command prints one JSON document on stdout (see each command's
 --help); errors add {\"error\": {\"kind\", \"message\", \"help\", \"exit_code\"}}.";
 
+/// The exit status in one line, under every command's help.
+const EXIT_SHORT: &str = "Exit status: 0 success; 1 not found, refused by a safety check, or a corrupt record; 2 bad usage or a store error (`rerunctl --help` says more).";
+
 /// Inspect and settle the idempotency records of a rerun store.
 ///
 /// Opens the store named by --store (or RERUN_STORE, or SQLite at .rerun/rerun.sqlite3 under
 /// the current directory): `memory:`, `sqlite:PATH`, `postgres://…`, `redis://…`.
 #[derive(Debug, Parser)]
-#[command(name = "rerunctl", version, propagate_version = true, after_long_help = EXIT_STATUS, after_help = "Exit status: 0 success, 1 not found or refused or corrupt, 2 bad usage or store error (--help says more).")]
+#[command(name = "rerunctl", version, propagate_version = true, after_long_help = EXIT_STATUS, after_help = EXIT_SHORT)]
 pub struct Cli {
     /// The store: memory:, sqlite:PATH, postgres://…, redis://… [default: $RERUN_STORE, else
     /// sqlite:.rerun/rerun.sqlite3 under the current directory]
@@ -46,26 +49,26 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// List records: scope, key, status, fence, age, holder and whether it is alive
-    #[command(long_about = ls::ABOUT)]
+    #[command(long_about = ls::ABOUT, after_help = EXIT_SHORT)]
     Ls(ls::Args),
     /// Show one record whole, its recorded result rendered readably
-    #[command(long_about = show::ABOUT)]
+    #[command(long_about = show::ABOUT, after_help = EXIT_SHORT)]
     Show(show::Args),
     /// Forget a record, so that its key's next call runs afresh (asks first)
-    #[command(long_about = forget::ABOUT)]
+    #[command(long_about = forget::ABOUT, after_help = EXIT_SHORT)]
     Forget(forget::Args),
     /// Release the claims of dead holders, mark interrupted at-most-once calls unknown, purge
     /// expired records
-    #[command(long_about = recover::ABOUT)]
+    #[command(long_about = recover::ABOUT, after_help = EXIT_SHORT)]
     Recover(recover::Args),
     /// Delete completed records past their ttl
-    #[command(long_about = purge::ABOUT)]
+    #[command(long_about = purge::ABOUT, after_help = EXIT_SHORT)]
     Purge(purge::Args),
     /// Count records by scope and status; the oldest in-progress and unknown records
-    #[command(long_about = stats::ABOUT)]
+    #[command(long_about = stats::ABOUT, after_help = EXIT_SHORT)]
     Stats(stats::Args),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell)
-    #[command(long_about = completions::ABOUT)]
+    #[command(long_about = completions::ABOUT, after_help = EXIT_SHORT)]
     Completions(completions::Args),
 }
 

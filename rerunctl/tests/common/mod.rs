@@ -366,9 +366,26 @@ pub fn holder_body() {
     });
 }
 
+/// A holder process, SIGKILLed when dropped (a failing test leaves none behind).
+pub struct HolderProcess(Option<Child>);
+
+impl Drop for HolderProcess {
+    fn drop(&mut self) {
+        if let Some(child) = self.0.take() {
+            kill_child(child);
+        }
+    }
+}
+
 /// A process that holds `scope`/`key` in `store` (the test binary re-run as `test_name`,
 /// which must call [`holder_body`]), once it said so.
-pub fn spawn_holder(test_name: &str, store: &Backend, scope: &str, key: &str, once: bool) -> Child {
+pub fn spawn_holder(
+    test_name: &str,
+    store: &Backend,
+    scope: &str,
+    key: &str,
+    once: bool,
+) -> HolderProcess {
     let exe = std::env::current_exe().expect("the test binary");
     let mut cmd = Command::new(exe);
     cmd.args([test_name, "--exact", "--nocapture", "--test-threads=1"])
@@ -400,11 +417,17 @@ pub fn spawn_holder(test_name: &str, store: &Backend, scope: &str, key: &str, on
             }
         }
     }
-    child
+    HolderProcess(Some(child))
 }
 
-/// SIGKILLs a process and reaps it.
-pub fn kill(mut child: Child) {
+/// SIGKILLs a holder process and reaps it.
+pub fn kill(mut holder: HolderProcess) {
+    if let Some(child) = holder.0.take() {
+        kill_child(child);
+    }
+}
+
+fn kill_child(mut child: Child) {
     let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).expect("a pid"));
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL).expect("SIGKILL");
     let _ = child.wait();
