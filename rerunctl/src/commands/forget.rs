@@ -1,0 +1,163 @@
+//! `rerunctl forget SCOPE KEY`: forget a record, so that its key's next call runs afresh.
+//!
+//! The operator's way to settle what rerun will not settle on its own: an at-most-once call
+//! whose outcome is unknown (after checking what it did), a corrupt record, a result that must
+//! not be replayed. Two safety checks come first:
+//!
+//! - a live claim (in progress, lease running, holder not provably dead) is refused without
+//!   `--force`: forgetting it lets a second run start while the first still runs;
+//! - it asks before it deletes, on a terminal; without one it refuses unless `--yes`.
+//!
+//! A record that cannot be read (corrupt) can still be forgotten: that is how it is cleared.
+
+use std::ffi::OsString;
+use std::io::BufRead as _;
+use std::io::Write as _;
+
+use rerun_core::RecordView;
+use serde::Serialize;
+
+use crate::cli::Context;
+use crate::failure::Failure;
+use crate::output::{self, shell_word, RecordJson};
+
+/// Long help: what `forget` does, and its JSON document.
+pub const ABOUT: &str = "\
+Forget a record, so that its key's next call runs afresh: how an operator settles an
+at-most-once call whose outcome is unknown (after checking what it did), or a corrupt record.
+
+Asks first on a terminal; without one, refuses (exit 1) unless --yes. Refuses a live claim (in
+progress, lease running, holder not provably dead) unless --force (exit 1): forgetting it would
+let a second run start while the first one still runs.
+
+JSON: {\"store\", \"scope\", \"key\", \"forgotten\": true, \"was\": {the record as in `show`, without
+its result} | null (a record that could not be read)}";
+
+/// The arguments of `forget`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The record's scope (billing.charge)
+    #[arg(value_name = "SCOPE")]
+    pub scope: OsString,
+    /// The record's key, as `rerunctl ls` prints it
+    #[arg(value_name = "KEY", allow_hyphen_values = true)]
+    pub key: OsString,
+    /// Do not ask: forget it (needed without a terminal)
+    #[arg(short = 'y', long)]
+    pub yes: bool,
+    /// Forget it even if it is a live claim (its holder may still be running its body)
+    #[arg(long)]
+    pub force: bool,
+}
+
+#[derive(Serialize)]
+struct Document<'a> {
+    store: &'a str,
+    scope: &'a str,
+    key: String,
+    forgotten: bool,
+    was: Option<RecordJson>,
+}
+
+/// Runs `forget`.
+pub fn run(ctx: &Context, args: &Args) -> Result<(), Failure> {
+    let key = crate::target::parse(&args.scope, &args.key)?;
+    let opened = crate::store::open(ctx.store.as_deref())?;
+    let typed = format!(
+        "{} {}",
+        shell_word(key.scope()),
+        shell_word(&key.readable_id())
+    );
+    // A corrupt record cannot be read, but it can be forgotten: that is how it is cleared.
+    let record: Option<RecordView> = match opened.store.inspect(&key) {
+        Ok(Some(record)) => Some(record),
+        Ok(None) => return Err(crate::target::not_found(&opened, &key, &args.key)),
+        Err(rerun_core::Error::Corrupt { kind, .. }) => {
+            output::note(&format!(
+                "note: the record of {typed} cannot be read ({kind}); forgetting it clears it"
+            ));
+            None
+        }
+        Err(e) => return Err(opened.failure("reading the record", e)),
+    };
+
+    if let Some(r) = record.as_ref().filter(|r| output::is_live_claim(r)) {
+        let holder = r
+            .holder
+            .as_ref()
+            .map_or_else(|| "its holder".to_owned(), output::holder_short);
+        let lease = r.lease_remaining.map_or_else(String::new, |l| {
+            format!(", its lease runs {} more", output::duration(l))
+        });
+        if !args.force {
+            return Err(Failure::refused(format!(
+                "{typed} is a live claim ({holder} runs its body{lease}); forgetting it would let a second run start while this one still runs"
+            ))
+            .help(format!(
+                "wait for it to finish (`rerunctl show {typed}`); if you know its holder is gone for good, `rerunctl forget {typed} --force`"
+            )));
+        }
+    }
+
+    if !args.yes {
+        let what = match &record {
+            Some(r) => format!("{}, fence {}", r.status.as_str(), r.fence),
+            None => "unreadable".to_owned(),
+        };
+        if !ctx.can_ask() {
+            return Err(Failure::refused(format!(
+                "not forgetting {typed} ({what}) without a confirmation, and there is no terminal to ask on"
+            ))
+            .help(format!("to forget it, `rerunctl forget {typed} --yes`")));
+        }
+        if !confirm(&format!(
+            "Forget {typed} ({what})? Its next call runs afresh. [y/N] "
+        ))? {
+            return Err(Failure::refused(format!("{typed} was not forgotten")));
+        }
+    }
+
+    let forgotten = opened
+        .store
+        .forget(&key)
+        .map_err(|e| opened.failure("forgetting the record", e))?;
+    if !forgotten {
+        return Err(Failure::not_found(format!(
+            "{typed} was gone before it could be forgotten: something else forgot or purged it meanwhile"
+        )));
+    }
+    if ctx.json {
+        output::print_json(&Document {
+            store: &opened.name,
+            scope: key.scope(),
+            key: key.readable_id(),
+            forgotten,
+            was: record.as_ref().map(RecordJson::from),
+        })
+    } else {
+        let was = record.as_ref().map_or_else(String::new, |r| {
+            format!(" (was {}, fence {})", r.status.as_str(), r.fence)
+        });
+        output::print_text(&format!(
+            "forgot {}{was}: its next call runs afresh\n",
+            output::terminal_safe(&typed)
+        ))
+    }
+}
+
+/// Asks `question` on stderr and reads the answer from stdin: `y` or `yes` is a yes.
+fn confirm(question: &str) -> Result<bool, Failure> {
+    let mut err = std::io::stderr().lock();
+    let _ = write!(err, "{}", output::terminal_safe(question));
+    let _ = err.flush();
+    drop(err);
+    let mut answer = String::new();
+    std::io::stdin()
+        .lock()
+        .read_line(&mut answer)
+        .map_err(|e| Failure::refused(format!("could not read the answer: {e}")))?;
+    Ok(matches!(
+        answer.trim().to_ascii_lowercase().as_str(),
+        "y" | "yes"
+    ))
+}
