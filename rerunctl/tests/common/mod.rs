@@ -193,28 +193,36 @@ impl Backend {
                 let sql =
                     format!("UPDATE \"{table}\" SET result = $1 WHERE scope = $2 AND id = $3");
                 let n = pg(base, |c| async move {
-                    c.execute(
-                        &sql,
-                        &[&bytes, &key.scope().as_bytes(), &key.id().as_bytes()],
-                    )
-                    .await
+                    c.execute(&sql, &[&bytes, &key.scope(), &key.id()]).await
                 });
                 assert_eq!(n, 1);
             }
-            Backend::Redis { .. } => self.redis_set_field(key, "re", bytes),
+            Backend::Redis { .. } => self.redis_edit(key, |raw| {
+                // The record's string: a 103-byte header whose last 4 digits are the holder's
+                // length, the holder, then the result.
+                let holder: usize = std::str::from_utf8(&raw[99..103])
+                    .ok()
+                    .and_then(|d| d.parse().ok())
+                    .expect("a holder length");
+                raw.truncate(103 + holder);
+                raw.extend_from_slice(bytes);
+            }),
         }
     }
 
-    /// Sets one field of a Redis record, behind the store's back.
-    pub fn redis_set_field(&self, key: &Key, field: &str, value: &[u8]) {
+    /// Rewrites the string of a Redis record behind the store's back, keeping its expiry.
+    pub fn redis_edit(&self, key: &Key, edit: impl FnOnce(&mut Vec<u8>)) {
         if let Backend::Redis { base, .. } = self {
             let mut con = redis_con(base);
-            let _: () = redis::cmd("HSET")
-                .arg(self.redis_name(key))
-                .arg(field)
-                .arg(value)
+            let name = self.redis_name(key);
+            let mut raw: Vec<u8> = redis::cmd("GET").arg(&name).query(&mut con).expect("GET");
+            edit(&mut raw);
+            let _: () = redis::cmd("SET")
+                .arg(&name)
+                .arg(raw)
+                .arg("KEEPTTL")
                 .query(&mut con)
-                .expect("HSET");
+                .expect("SET");
         }
     }
 
@@ -235,10 +243,11 @@ impl Backend {
                 db.execute(
                     "WITH RECURSIVE g(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM g WHERE n < ?3)
                      INSERT INTO rerun_records (scope, id, status, fence, fingerprint, holder, once,
-                         boot_id, lease_until, expires_mono, expires_wall, result, lease_wall)
+                         boot_id, lease_until, expires_mono, expires_wall, result, lease_wall,
+                         changed_wall)
                      SELECT r.scope, 's' || length('k' || n) || ':k' || n, r.status, r.fence,
                          r.fingerprint, r.holder, r.once, r.boot_id, r.lease_until,
-                         r.expires_mono, r.expires_wall, r.result, r.lease_wall
+                         r.expires_mono, r.expires_wall, r.result, r.lease_wall, r.changed_wall
                      FROM rerun_records r, g WHERE r.scope = ?1 AND r.id = ?2",
                     rusqlite::params![template.scope(), template.id(), n],
                 )
@@ -247,36 +256,34 @@ impl Backend {
             Backend::Postgres { base, table, .. } => {
                 let sql = format!(
                     "INSERT INTO \"{table}\" (scope, id, status, fence, fingerprint, holder, once,
-                         lease_until, expires_at, result)
-                     SELECT r.scope, convert_to('s' || length('k' || g) || ':k' || g, 'UTF8'),
+                         lease_until, expires_at, result, changed_at)
+                     SELECT r.scope, 's' || length('k' || g) || ':k' || g,
                          r.status, r.fence, r.fingerprint, r.holder, r.once, r.lease_until,
-                         r.expires_at, r.result
+                         r.expires_at, r.result, r.changed_at
                      FROM \"{table}\" r, generate_series(1, $3::int) g
                      WHERE r.scope = $1 AND r.id = $2"
                 );
                 let n = i32::try_from(n).expect("n");
                 pg(base, |c| async move {
-                    c.execute(
-                        &sql,
-                        &[&template.scope().as_bytes(), &template.id().as_bytes(), &n],
-                    )
-                    .await
+                    c.execute(&sql, &[&template.scope(), &template.id(), &n])
+                        .await
                 });
             }
             Backend::Redis { base, .. } => {
                 let mut con = redis_con(base);
-                let fields: Vec<(String, Vec<u8>)> = redis::cmd("HGETALL")
+                let raw: Vec<u8> = redis::cmd("GET")
                     .arg(self.redis_name(template))
                     .query(&mut con)
-                    .expect("HGETALL");
+                    .expect("GET");
                 let mut pipe = redis::pipe();
                 for i in 1..=n {
                     let key = Key::new(template.scope().to_owned(), &format!("k{i}"));
-                    let cmd = pipe.cmd("HSET").arg(self.redis_name(&key));
-                    for (f, v) in &fields {
-                        cmd.arg(f).arg(v.as_slice());
-                    }
-                    cmd.ignore();
+                    pipe.cmd("SET")
+                        .arg(self.redis_name(&key))
+                        .arg(raw.as_slice())
+                        .arg("PX")
+                        .arg(3_600_000)
+                        .ignore();
                 }
                 let _: () = pipe.query(&mut con).expect("pipeline");
             }
