@@ -24,7 +24,15 @@
 //!
 //! ## Features
 //! `macros` (default), `sqlite` (default, the embedded store), `postgres`, `redis`, `tokio`,
-//! `testing` (the conformance suite and the safe-to-rerun harness), `uuid` (uuid keys).
+//! `testing` (the conformance suite and the safe-to-rerun harness), `uuid` (uuid keys),
+//! `metrics` (counters and histograms through the `metrics` facade). docs.rs builds every
+//! feature; locally, `cargo doc -p rerun-core --all-features --open` does the same.
+//!
+//! ## Guides
+//! The repository's `docs/` folder: the safe-to-rerun harness, running rerun in production
+//! (choosing a store, durability, sizing ttl and lease, `rerunctl`, alerting), HTTP services
+//! and queue consumers.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs)]
 // One audited `unsafe` block registers the fork handler (`process`); nothing else may use it.
 #![deny(unsafe_code)]
@@ -46,6 +54,7 @@ pub mod runtime;
 pub mod scope;
 pub mod store;
 #[cfg(feature = "testing")]
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod testing;
 
 pub use error::{CorruptKind, Error};
@@ -61,14 +70,18 @@ pub use runtime::telemetry;
 pub use runtime::{Call, Options, Outcome, Reconciled, MAX_DURATION, MIN_LEASE};
 pub use store::memory::MemoryStore;
 #[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub use store::postgres::PostgresStore;
 #[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use store::redis::RedisStore;
 #[cfg(feature = "sqlite")]
+#[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
 pub use store::sqlite::SqliteStore;
 pub use store::{AsyncStore, DynStore, Store};
 
 #[cfg(feature = "macros")]
+#[cfg_attr(docsrs, doc(cfg(feature = "macros")))]
 pub use rerun_macros::{converges, idempotent, read_only, state_changing, Idempotent};
 
 /// Forgets a key's record whatever its state: an operator's decision, e.g. after checking by

@@ -289,9 +289,29 @@ pub fn idempotent(attr: TokenStream, item: TokenStream) -> TokenStream {
 /// a variant's name is part of its key, so `Paid { id: 1 }` and `Refunded { id: 1 }` are two
 /// events.
 ///
-/// # Async
+/// # Async, and the global store
 ///
 /// Implement `AsyncHandle` (`async fn handle(&self)`) and call `run_async(&store).await`.
+/// Without a store of your own, run on the process-wide one (set by `rerun_core::init`, or
+/// chosen from `RERUN_STORE`; `rerun_core::init_from_env()` at start-up makes a bad URL an
+/// error there):
+///
+/// ```no_run
+/// # use rerun_core::{AsyncHandle, Idempotent};
+/// # use serde::{Deserialize, Serialize};
+/// # #[derive(Serialize, Deserialize, Idempotent)]
+/// # struct OrderPaid { #[rerun(key)] order_id: String }
+/// # impl AsyncHandle for OrderPaid {
+/// #     type Output = ();
+/// #     type Error = rerun_core::Error;
+/// #     async fn handle(&self) -> Result<(), rerun_core::Error> { Ok(()) }
+/// # }
+/// # async fn on_message(event: OrderPaid) -> Result<(), rerun_core::Error> {
+/// event.run_async(rerun_core::global()?).await?;
+/// // or, to know whether it replayed: event.run_outcome_async(rerun_core::global()?).await?.replayed
+/// # Ok(())
+/// # }
+/// ```
 ///
 /// # Equivalent code without the macro
 ///

@@ -187,6 +187,15 @@ impl Store for MemoryStore {
         Ok(self.records().remove(key).is_some())
     }
 
+    fn forget_if(&self, key: &Key, fence: crate::record::Fence) -> Result<bool, Error> {
+        let mut records = self.records();
+        if records.get(key).is_some_and(|r| r.fence == fence) {
+            records.remove(key);
+            return Ok(true);
+        }
+        Ok(false)
+    }
+
     fn inspect(&self, key: &Key) -> Result<Option<RecordView>, Error> {
         let now = self.inner.clock.now();
         Ok(self

@@ -21,10 +21,13 @@ use crate::record::{Claim, ClaimRequest, ClaimResponse, RecordView, Status};
 
 pub mod memory;
 #[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub mod postgres;
 #[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub mod redis;
 #[cfg(feature = "sqlite")]
+#[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
 pub mod sqlite;
 
 /// One page of [`Store::scan`].
@@ -136,6 +139,18 @@ pub trait Store: Send + Sync {
     /// Removes a key's record whatever its state (an operator's decision), keeping its fence so
     /// that later tokens still grow. Returns whether there was a record.
     fn forget(&self, key: &Key) -> Result<bool, Error>;
+    /// [`Store::forget`], only while the record's latest fence is `fence`: an operator who
+    /// looked at a record forgets that record, never a claim made since. Returns whether it
+    /// forgot.
+    ///
+    /// The default reads, compares, then forgets, which a claim could slip between; the stores
+    /// rerun ships do it in one step, as a store written for production should.
+    fn forget_if(&self, key: &Key, fence: crate::record::Fence) -> Result<bool, Error> {
+        match self.inspect(key)? {
+            Some(r) if r.fence == fence => self.forget(key),
+            _ => Ok(false),
+        }
+    }
     /// Reads a key's record without changing it.
     fn inspect(&self, key: &Key) -> Result<Option<RecordView>, Error>;
     /// Pages through every record: up to about `limit` records from `cursor` (`None` starts at
@@ -257,6 +272,7 @@ macro_rules! forward_store {
             fn renew(&self, claim: &Claim, lease: Duration) -> Result<(), Error> { (**self).renew(claim, lease) }
             fn mark_unknown(&self, claim: &Claim) -> Result<(), Error> { (**self).mark_unknown(claim) }
             fn forget(&self, key: &Key) -> Result<bool, Error> { (**self).forget(key) }
+            fn forget_if(&self, key: &Key, fence: crate::record::Fence) -> Result<bool, Error> { (**self).forget_if(key, fence) }
             fn inspect(&self, key: &Key) -> Result<Option<RecordView>, Error> { (**self).inspect(key) }
             fn scan(&self, cursor: Option<&str>, limit: usize) -> Result<ScanPage, Error> { (**self).scan(cursor, limit) }
             fn scan_filtered(&self, filter: &ScanFilter, cursor: Option<&str>, limit: usize) -> Result<ScanPage, Error> { (**self).scan_filtered(filter, cursor, limit) }

@@ -117,14 +117,26 @@ pub fn run(ctx: &Context, args: &Args) -> Result<(), Failure> {
         }
     }
 
-    let forgotten = opened
-        .store
-        .forget(&key)
-        .map_err(|e| opened.failure("forgetting the record", e))?;
+    // Forget exactly the record that was shown (and confirmed): if a call claimed or completed
+    // the key meanwhile, its fence moved on and that newer record is left alone.
+    let forgotten = match &record {
+        Some(r) => opened.store.forget_if(&key, r.fence),
+        None => opened.store.forget(&key),
+    }
+    .map_err(|e| opened.failure("forgetting the record", e))?;
     if !forgotten {
-        return Err(Failure::not_found(format!(
-            "{typed} was gone before it could be forgotten: something else forgot or purged it meanwhile"
-        )));
+        let now = opened.store.inspect(&key);
+        return Err(match now {
+            Ok(Some(r)) => Failure::refused(format!(
+                "{typed} changed before it could be forgotten (now {}, fence {}): not forgetting a record that was not the one shown",
+                r.status.as_str(),
+                r.fence
+            ))
+            .help(format!("look at it again with `rerunctl show {typed}`")),
+            _ => Failure::not_found(format!(
+                "{typed} was gone before it could be forgotten: something else forgot or purged it meanwhile"
+            )),
+        });
     }
     if ctx.json {
         output::print_json(&Document {

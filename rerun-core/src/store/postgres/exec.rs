@@ -42,6 +42,7 @@ pub(crate) enum Op<'a> {
     Renew(&'a Claim, Duration),
     MarkUnknown(&'a Claim),
     Forget(&'a Key),
+    ForgetIf(&'a Key, u64),
     Inspect(&'a Key),
     Scan(&'a ScanFilter, Option<&'a str>, usize),
     Purge(usize),
@@ -80,7 +81,7 @@ impl<'a> Op<'a> {
             Op::Complete(c, ..) | Op::Release(c) | Op::Renew(c, _) | Op::MarkUnknown(c) => {
                 Some(&c.key)
             }
-            Op::Forget(k) | Op::Inspect(k) => Some(k),
+            Op::Forget(k) | Op::ForgetIf(k, _) | Op::Inspect(k) => Some(k),
             Op::Scan(..) | Op::Purge(_) => None,
         }
     }
@@ -102,7 +103,7 @@ impl<'a> Op<'a> {
             Op::Release(_) => "releasing the claim",
             Op::Renew(..) => "renewing the lease",
             Op::MarkUnknown(_) => "marking the outcome unknown",
-            Op::Forget(_) => "forgetting the key",
+            Op::Forget(_) | Op::ForgetIf(..) => "forgetting the key",
             Op::Inspect(_) => "reading the record",
             Op::Scan(..) => "scanning records",
             Op::Purge(_) => "purging expired records",
@@ -140,6 +141,19 @@ pub(crate) async fn exec(session: &mut Session, sql: &Sql, op: Op<'_>) -> Result
             let n = session
                 .client
                 .execute(&stmt, &[&to_text(key.scope()), &to_text(key.id())])
+                .await
+                .map_err(|e| op.fail(e))?;
+            Ok(Reply::Forgot(n > 0))
+        }
+        Op::ForgetIf(key, fence) => {
+            let stmt = session
+                .statement(sql, Stmt::ForgetIf)
+                .await
+                .map_err(|e| op.fail(e))?;
+            let fence = fence_param(key, fence)?;
+            let n = session
+                .client
+                .execute(&stmt, &[&to_text(key.scope()), &to_text(key.id()), &fence])
                 .await
                 .map_err(|e| op.fail(e))?;
             Ok(Reply::Forgot(n > 0))

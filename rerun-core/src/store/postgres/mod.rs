@@ -583,6 +583,10 @@ impl Store for PostgresStore {
         expect_reply!(self.run(Op::Forget(key))?, Reply::Forgot(b) => b, "forget")
     }
 
+    fn forget_if(&self, key: &Key, fence: crate::record::Fence) -> Result<bool, Error> {
+        expect_reply!(self.run(Op::ForgetIf(key, fence))?, Reply::Forgot(b) => b, "forget")
+    }
+
     fn inspect(&self, key: &Key) -> Result<Option<RecordView>, Error> {
         expect_reply!(self.run(Op::Inspect(key))?, Reply::Record(r) => r, "inspect")
     }

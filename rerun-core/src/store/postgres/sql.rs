@@ -24,13 +24,14 @@ pub(crate) enum Stmt {
     Renew,
     MarkUnknown,
     Forget,
+    ForgetIf,
     Inspect,
     Purge,
 }
 
 impl Stmt {
     /// How many statements there are.
-    pub(crate) const COUNT: usize = 8;
+    pub(crate) const COUNT: usize = 9;
 
     pub(crate) fn index(self) -> usize {
         self as usize
@@ -320,6 +321,7 @@ impl Sql {
                 "UPDATE {t} SET status = 'unknown', lease_until = NULL, changed_at = now() {fenced}"
             ),
             format!("DELETE FROM {t} WHERE scope = $1 AND id = $2"),
+            format!("DELETE FROM {t} WHERE scope = $1 AND id = $2 AND fence = $3"),
             format!("SELECT {view_columns} FROM {t} WHERE scope = $1 AND id = $2"),
             // SKIP LOCKED: a row being claimed right now is not purged under its claimer (and
             // two purgers do not queue); the outer condition re-checks the locked version.

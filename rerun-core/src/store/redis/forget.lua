@@ -3,8 +3,10 @@
 --
 -- KEYS[1]  the record
 -- ARGV[1]  how long the tombstone keeps the fence, in milliseconds
+-- ARGV[2]  the fence the record must still have (an operator's forget of what it looked at),
+--          or '' for any
 --
--- Replies 1 when there was a record, else 0.
+-- Replies 1 when there was a record (with that fence) and it is forgotten, else 0.
 local rec = KEYS[1]
 local kind = redis.call('TYPE', rec)['ok']
 if kind == 'none' then return 0 end
@@ -15,6 +17,7 @@ elseif kind == 'hash' then
   raw = upgrade(rec)
 end
 local r = raw and parse(raw)
+if ARGV[2] ~= '' and (not r or num(r.fe) ~= ARGV[2]) then return 0 end
 if not r then
   -- Another type, a newer format or garbage under our name: forget is the way out of Corrupt.
   redis.call('DEL', rec)

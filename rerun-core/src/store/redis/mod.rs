@@ -625,7 +625,23 @@ impl Store for RedisStore {
             self.inner.response_timeout,
             &self.inner.scripts.forget,
             &record,
-            &[Arg::Num(FENCE_KEEP_MS)],
+            &[Arg::Num(FENCE_KEEP_MS), Arg::Bytes(b"")],
+        )?;
+        match reply {
+            Value::Int(n) => Ok(n == 1),
+            other => Err(unexpected(key, "forgetting the key", &other)),
+        }
+    }
+
+    fn forget_if(&self, key: &Key, fence: crate::record::Fence) -> Result<bool, Error> {
+        let record = self.record_key(key);
+        let reply = self.sync_script(
+            key,
+            "forgetting the key",
+            self.inner.response_timeout,
+            &self.inner.scripts.forget,
+            &record,
+            &[Arg::Num(FENCE_KEEP_MS), Arg::Num(fence)],
         )?;
         match reply {
             Value::Int(n) => Ok(n == 1),

@@ -560,6 +560,15 @@ impl Store for SqliteStore {
         })
     }
 
+    fn forget_if(&self, key: &Key, fence: crate::record::Fence) -> Result<bool, Error> {
+        self.with(Some(key), self.inner.busy_timeout, |conn| {
+            conn.prepare_cached(sql::FORGET_IF)
+                .and_then(|mut s| s.execute(params![key.scope(), key.id(), to_sql_ns(fence)]))
+                .map(|n| n > 0)
+                .map_err(|e| sql_err(Some(key), "forgetting the key", e))
+        })
+    }
+
     fn inspect(&self, key: &Key) -> Result<Option<RecordView>, Error> {
         self.with(Some(key), self.inner.busy_timeout, |conn| {
             let rec = self.read(conn, key)?;

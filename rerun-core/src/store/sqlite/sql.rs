@@ -142,6 +142,10 @@ pub(super) const MARK_UNKNOWN: &str = "UPDATE rerun_records SET status = 'unknow
 /// Forgets a key whatever its state; the fence counter keeps later tokens growing.
 pub(super) const FORGET: &str = "DELETE FROM rerun_records WHERE scope = ?1 AND id = ?2";
 
+/// Forgets a key only while its latest claim is the one an operator looked at.
+pub(super) const FORGET_IF: &str =
+    "DELETE FROM rerun_records WHERE scope = ?1 AND id = ?2 AND fence = ?3";
+
 /// Deletes completed records past their expiry: on the monotonic clock for records of this
 /// boot, on the wall clock for records of an earlier boot (whose monotonic times mean nothing now).
 pub(super) const PURGE: &str = "DELETE FROM rerun_records WHERE (scope, id) IN (

@@ -402,7 +402,23 @@ fn fencing<F: Factory>(factory: &F, _: &Settings) -> Result<Tally, Error> {
     );
     let bytes = codec::encode("done").map_err(|e| Error::store_msg(None, e.to_string()))?;
     store.complete(&c3, &bytes, lease)?;
-    t.expect(store.forget(&key)?, "forget found no record".into());
+    // `forget_if` forgets only the record with the fence it names.
+    t.expect(
+        !store.forget_if(&key, c2.fence)?,
+        "forget_if with an old fence forgot the record".into(),
+    );
+    t.expect(
+        store.inspect(&key)?.is_some_and(|r| r.fence == c3.fence),
+        "forget_if with an old fence changed the record".into(),
+    );
+    t.expect(
+        !store.forget_if(&Key::new(scope(), "never-claimed"), c3.fence)?,
+        "forget_if found a record that was never claimed".into(),
+    );
+    t.expect(
+        store.forget_if(&key, c3.fence)?,
+        "forget_if with the current fence found no record".into(),
+    );
     t.expect(
         store.inspect(&key)?.is_none(),
         "a forgotten record is still there".into(),

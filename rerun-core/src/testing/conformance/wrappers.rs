@@ -28,6 +28,9 @@ macro_rules! forward_all_but_renew {
         fn forget(&self, key: &Key) -> Result<bool, Error> {
             self.$inner.forget(key)
         }
+        fn forget_if(&self, key: &Key, fence: crate::record::Fence) -> Result<bool, Error> {
+            self.$inner.forget_if(key, fence)
+        }
         fn inspect(&self, key: &Key) -> Result<Option<RecordView>, Error> {
             self.$inner.inspect(key)
         }
