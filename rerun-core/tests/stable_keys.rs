@@ -27,7 +27,8 @@ fn event() -> Event {
 fn digest() -> String {
     let key = Key::new("stripe.charge", &("evt_1", 42u64));
     let fp = Fingerprint::of(&event()).expect("serializable");
-    format!("{key}|{}", fp.to_hex())
+    // The stored form of the key (what a store writes), not its readable display.
+    format!("key {}/{}|{}", key.scope(), key.id(), fp.to_hex())
 }
 
 #[test]

@@ -80,8 +80,12 @@ impl Seen {
     }
 }
 
+/// Key redaction is process-wide: the tests that log keys take turns.
+static REDACTION: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 #[test]
 fn every_call_is_one_span_with_its_outcome_and_events_say_what_operators_need() {
+    let _turn = REDACTION.lock().unwrap_or_else(|p| p.into_inner());
     let seen = Seen::default();
     let subscriber = tracing_subscriber::registry().with(seen.clone());
     tracing::subscriber::with_default(subscriber, || {
@@ -172,6 +176,7 @@ fn every_call_is_one_span_with_its_outcome_and_events_say_what_operators_need() 
 
 #[test]
 fn keys_can_be_logged_as_a_digest() {
+    let _turn = REDACTION.lock().unwrap_or_else(|p| p.into_inner());
     let seen = Seen::default();
     let subscriber = tracing_subscriber::registry().with(seen.clone());
     rerun_core::telemetry::redact_keys(true);
