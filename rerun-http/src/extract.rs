@@ -1,8 +1,8 @@
 //! The key as an axum extractor (feature `axum`), for handlers that call `#[idempotent]`
 //! functions themselves instead of using the layer.
 
-use axum_core::extract::{FromRequestParts, OptionalFromRequestParts};
-use axum_core::response::{IntoResponse, Response};
+use axum::extract::{FromRequestParts, OptionalFromRequestParts};
+use axum::response::{IntoResponse, Response};
 use http::request::Parts;
 
 use crate::key::{IdempotencyKey, KeyError, IDEMPOTENCY_KEY};

@@ -122,6 +122,8 @@ enum Failure<E, B> {
     Inner(E),
     /// A response returned as it is, unrecorded: a 5xx, an event stream, one over `max_body`.
     Pass(Response<ResponseBody<B>>),
+    /// The handler panicked.
+    Panicked,
 }
 
 impl<E, B> From<Error> for Failure<E, B> {
@@ -130,13 +132,40 @@ impl<E, B> From<Error> for Failure<E, B> {
     }
 }
 
-/// Rerun's key of a request: the layer's scope; the principal (tagged, so that no principal's
-/// name can equal the anonymous scope) and the client's key.
-fn rerun_key(scope: &std::borrow::Cow<'static, str>, principal: Option<&str>, key: &IdempotencyKey) -> Key {
+/// Rerun's key of a request: the layer's scope; the principal and the route (each tagged, so
+/// that no name can equal their absence) and the client's key.
+fn rerun_key(
+    scope: &std::borrow::Cow<'static, str>,
+    principal: Option<&str>,
+    route: Option<&str>,
+    key: &IdempotencyKey,
+) -> Key {
     Key::new(
         scope.clone(),
-        &(principal.is_some(), principal.unwrap_or(""), key.as_str()),
+        &(
+            principal.is_some(),
+            principal.unwrap_or(""),
+            route.is_some(),
+            route.unwrap_or(""),
+            key.as_str(),
+        ),
     )
+}
+
+/// The route the request matched (axum's `MatchedPath`, e.g. `/payments/{id}`), if known.
+fn route_of(parts: &http::request::Parts) -> Option<&str> {
+    #[cfg(feature = "axum")]
+    {
+        parts
+            .extensions
+            .get::<axum::extract::MatchedPath>()
+            .map(|m| m.as_str())
+    }
+    #[cfg(not(feature = "axum"))]
+    {
+        let _ = parts;
+        None
+    }
 }
 
 /// A request with a key: read, fingerprinted, then run once on a task of its own (a client
@@ -181,7 +210,7 @@ where
         }
     };
     let principal = config.principal.as_ref().and_then(|p| p(&parts));
-    let rerun_key = rerun_key(&config.scope, principal.as_deref(), &key);
+    let rerun_key = rerun_key(&config.scope, principal.as_deref(), route_of(&parts), &key);
     let fingerprint = match fingerprint::of(&parts, &body, &config.fingerprint_headers, &rerun_key) {
         Ok(fingerprint) => fingerprint,
         Err(e) => return Ok(problem_of(&e)),
@@ -197,7 +226,10 @@ where
     let max_body = config.max_body;
     let run = tokio::spawn(async move {
         call.run_async(store.get(), async move {
-            let response = inner.call(req).await.map_err(Failure::Inner)?;
+            let response = CatchPanic(Box::pin(inner.call(req)))
+                .await
+                .map_err(|()| Failure::Panicked)?
+                .map_err(Failure::Inner)?;
             capture(response, max_body).await
         })
         .await
@@ -207,18 +239,26 @@ where
         Ok(Err(Failure::Rerun(e))) => Ok(problem_of(&e)),
         Ok(Err(Failure::Pass(response))) => Ok(response),
         Ok(Err(Failure::Inner(e))) => Err(e),
+        Ok(Err(Failure::Panicked)) => {
+            tracing::error!("rerun-http: the handler panicked; its key was released and nothing was recorded");
+            Ok(handler_failed())
+        }
         Err(e) => {
-            // The handler panicked (its claim was released as the panic unwound through the
-            // call), or the runtime is shutting down.
-            tracing::error!(error = %e, "rerun-http: the handler did not finish; nothing was recorded");
-            Ok(Problem::new(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "handler_failed",
-                "the request failed and nothing was recorded for its idempotency key; retry it with the same key",
-            )
-            .into_response())
+            // A panic outside the handler (in reading its body, say; its claim is released as
+            // the panic unwinds through the call), or the runtime is shutting down.
+            tracing::error!(error = %e, "rerun-http: the request did not finish; nothing was recorded");
+            Ok(handler_failed())
         }
     }
+}
+
+fn handler_failed<B>() -> Response<ResponseBody<B>> {
+    Problem::new(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "handler_failed",
+        "the request failed and nothing was recorded for its idempotency key; retry it with the same key",
+    )
+    .into_response()
 }
 
 /// The problem response of a rerun error, logged for the operator.
@@ -270,4 +310,21 @@ fn is_event_stream(parts: &http::response::Parts) -> bool {
         .get(CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.trim_start().to_ascii_lowercase().starts_with("text/event-stream"))
+}
+
+/// A future that turns a panic while polling into `Err(())` (the panic hook has printed it),
+/// so a panicking handler fails its call like an error does: the claim is released before
+/// the response is sent, not later by a destructor on another thread.
+struct CatchPanic<F>(Pin<Box<F>>);
+
+impl<F: Future> Future for CatchPanic<F> {
+    type Output = Result<F::Output, ()>;
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let fut = self.0.as_mut();
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| fut.poll(cx))) {
+            Ok(Poll::Ready(out)) => Poll::Ready(Ok(out)),
+            Ok(Poll::Pending) => Poll::Pending,
+            Err(_) => Poll::Ready(Err(())),
+        }
+    }
 }

@@ -115,7 +115,7 @@ async fn the_same_key_on_a_different_request_gets_422(f: Arc<Fixture>) {
     let server = Server::start(layer).await;
     let http = client();
     let base = || {
-        http.post(server.url("/payments?a=1"))
+        http.post(server.url("/payments/7?a=1"))
             .header("idempotency-key", "k")
             .header("content-type", "application/json")
             .header("x-api-version", "2")
@@ -127,14 +127,14 @@ async fn the_same_key_on_a_different_request_gets_422(f: Arc<Fixture>) {
         ("body", base().body("{ }")),
         (
             "path",
-            http.post(server.url("/payments/7?a=1"))
+            http.post(server.url("/payments/8?a=1"))
                 .header("idempotency-key", "k")
                 .header("content-type", "application/json")
                 .header("x-api-version", "2")
                 .body("{}"),
         ),
         ("query", {
-            http.post(server.url("/payments?a=2"))
+            http.post(server.url("/payments/7?a=2"))
                 .header("idempotency-key", "k")
                 .header("content-type", "application/json")
                 .header("x-api-version", "2")
@@ -142,7 +142,7 @@ async fn the_same_key_on_a_different_request_gets_422(f: Arc<Fixture>) {
         }),
         (
             "content type",
-            http.post(server.url("/payments?a=1"))
+            http.post(server.url("/payments/7?a=1"))
                 .header("idempotency-key", "k")
                 .header("content-type", "text/plain")
                 .header("x-api-version", "2")
@@ -150,7 +150,7 @@ async fn the_same_key_on_a_different_request_gets_422(f: Arc<Fixture>) {
         ),
         (
             "named header",
-            http.post(server.url("/payments?a=1"))
+            http.post(server.url("/payments/7?a=1"))
                 .header("idempotency-key", "k")
                 .header("content-type", "application/json")
                 .header("x-api-version", "3")
@@ -174,6 +174,16 @@ async fn the_same_key_on_a_different_request_gets_422(f: Arc<Fixture>) {
     let other_trace = send(base().header("x-trace", "2")).await;
     assert!(other_trace.replayed(), "{}", other_trace.text());
     assert_eq!(server.runs.get(), 1);
+    // Keys are scoped by route: the same key on another route is another operation.
+    let other_route = send(
+        http.post(server.url("/payments"))
+            .header("idempotency-key", "k")
+            .body("{}"),
+    )
+    .await;
+    assert_eq!(other_route.status, 201);
+    assert!(!other_route.replayed());
+    assert_eq!(server.runs.get(), 2);
 }
 
 async fn keys_missing_malformed_or_too_long_get_400(f: Arc<Fixture>) {
@@ -382,9 +392,19 @@ async fn bodies_up_to_the_limit_are_read_and_larger_ones_refused(f: Arc<Fixture>
     let mut changed = body.clone();
     changed[TEN_MB - 1] = b'y';
     assert_eq!(send(post(changed, "ten-mb")).await.status, 422);
-    let over = send(post(vec![b'x'; TEN_MB + 1], "over")).await;
-    assert_eq!(over.status, 413);
-    assert_eq!(over.code(), "body_too_large");
+    // Refused on its Content-Length, before the body is read (a client still uploading sees
+    // the connection closed after the 413, as servers do): on a raw connection.
+    let addr = server.addr;
+    let over = tokio::task::spawn_blocking(move || {
+        raw(
+            addr,
+            format!("POST /payments HTTP/1.1\r\nHost: x\r\nIdempotency-Key: over\r\nContent-Length: {}\r\n\r\n", TEN_MB + 1).as_bytes(),
+        )
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(raw_status(&over), 413, "{over}");
+    assert!(over.contains("body_too_large"), "{over}");
     assert_eq!(server.runs.get(), 1);
     // The default limit: 1 MiB.
     let server = Server::start(f.layer()).await;
@@ -395,13 +415,16 @@ async fn bodies_up_to_the_limit_are_read_and_larger_ones_refused(f: Arc<Fixture>
     )
     .await;
     assert_eq!(exact.status, 201);
-    let over = send(
-        http.post(server.url("/payments"))
-            .header("idempotency-key", "mib+1")
-            .body(vec![b'x'; 1024 * 1024 + 1]),
-    )
-    .await;
-    assert_eq!(over.status, 413);
+    let addr = server.addr;
+    let over = tokio::task::spawn_blocking(move || {
+        raw(
+            addr,
+            b"POST /payments HTTP/1.1\r\nHost: x\r\nIdempotency-Key: mib\r\nContent-Length: 1048577\r\n\r\n",
+        )
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(raw_status(&over), 413, "{over}");
     assert_eq!(server.runs.get(), 1);
 }
 
