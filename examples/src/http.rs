@@ -48,6 +48,7 @@ pub struct Payment {
 /// payments the clients meant.
 #[derive(Debug, Default)]
 pub struct Bank {
+    started: AtomicU64,
     charges: AtomicU64,
 }
 
@@ -57,7 +58,13 @@ impl Bank {
         self.charges.load(Ordering::SeqCst)
     }
 
+    /// How many charges the bank began.
+    pub fn started(&self) -> u64 {
+        self.started.load(Ordering::SeqCst)
+    }
+
     async fn charge(&self, _card: &str, _amount_cents: u64) -> u64 {
+        self.started.fetch_add(1, Ordering::SeqCst);
         // The card network takes its time: long enough for a double click to arrive meanwhile.
         tokio::time::sleep(Duration::from_millis(300)).await;
         self.charges.fetch_add(1, Ordering::SeqCst) + 1
@@ -126,7 +133,10 @@ async fn post_payment(
     if let Some(key) = key {
         req = req.header("idempotency-key", format!("\"{key}\""));
     }
-    let response = req.send().await.map_err(|e| AppError::Refused(e.to_string()))?;
+    let response = req
+        .send()
+        .await
+        .map_err(|e| AppError::Refused(e.to_string()))?;
     let status = response.status().as_u16();
     let replayed = response.headers().contains_key("idempotent-replayed");
     let body = response
@@ -150,12 +160,20 @@ fn detail(body: &str) -> String {
 
 /// The self-test: a payment, its retry, a concurrent duplicate, a tampered retry, a request
 /// without a key. Returns the bank's charge count (2: the payment and the duplicate's own).
-pub async fn self_test(addr: SocketAddr, bank_charges: impl Fn() -> u64, out: &mut dyn Write) -> Result<u64, AppError> {
+pub async fn self_test(
+    addr: SocketAddr,
+    bank: &Bank,
+    out: &mut dyn Write,
+) -> Result<u64, AppError> {
     let http = reqwest::Client::new();
     let order = r#"{"amount_cents":4200,"card":"tok_visa"}"#;
 
     let first = post_payment(&http, addr, Some("order-1001"), order).await?;
-    writeln!(out, "POST /payments (key order-1001)        -> {} {}", first.status, first.body)?;
+    writeln!(
+        out,
+        "POST /payments (key order-1001)        -> {} {}",
+        first.status, first.body
+    )?;
     let retry = post_payment(&http, addr, Some("order-1001"), order).await?;
     writeln!(
         out,
@@ -168,11 +186,25 @@ pub async fn self_test(addr: SocketAddr, bank_charges: impl Fn() -> u64, out: &m
         let http = http.clone();
         tokio::spawn(async move { post_payment(&http, addr, Some("order-1002"), order).await })
     };
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    for _ in 0..2000 {
+        if bank.started() >= 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
     let double = post_payment(&http, addr, Some("order-1002"), order).await?;
-    writeln!(out, "a double click while the first runs    -> {}: {}", double.status, detail(&double.body))?;
+    writeln!(
+        out,
+        "a double click while the first runs    -> {}: {}",
+        double.status,
+        detail(&double.body)
+    )?;
     let slow = slow.await.map_err(|e| AppError::Refused(e.to_string()))??;
-    writeln!(out, "the first of the two                   -> {} {}", slow.status, slow.body)?;
+    writeln!(
+        out,
+        "the first of the two                   -> {} {}",
+        slow.status, slow.body
+    )?;
 
     let tampered = post_payment(
         &http,
@@ -181,12 +213,25 @@ pub async fn self_test(addr: SocketAddr, bank_charges: impl Fn() -> u64, out: &m
         r#"{"amount_cents":990000,"card":"tok_visa"}"#,
     )
     .await?;
-    writeln!(out, "order-1001's key with another amount   -> {}: {}", tampered.status, detail(&tampered.body))?;
+    writeln!(
+        out,
+        "order-1001's key with another amount   -> {}: {}",
+        tampered.status,
+        detail(&tampered.body)
+    )?;
     let keyless = post_payment(&http, addr, None, order).await?;
-    writeln!(out, "no Idempotency-Key                     -> {}: {}", keyless.status, detail(&keyless.body))?;
+    writeln!(
+        out,
+        "no Idempotency-Key                     -> {}: {}",
+        keyless.status,
+        detail(&keyless.body)
+    )?;
 
-    let charged = bank_charges();
-    writeln!(out, "charges the bank made: {charged} (two orders, five more requests)")?;
+    let charged = bank.charges();
+    writeln!(
+        out,
+        "charges the bank made: {charged} (two orders, five more requests)"
+    )?;
     let expected = [
         (first.status, false, 201),
         (retry.status, !retry.replayed, 201),
@@ -195,8 +240,15 @@ pub async fn self_test(addr: SocketAddr, bank_charges: impl Fn() -> u64, out: &m
         (tampered.status, false, 422),
         (keyless.status, false, 400),
     ];
-    if expected.iter().any(|&(got, wrong, want)| got != want || wrong) || charged != 2 || retry.body != first.body {
-        return Err(AppError::Refused("the API did not behave as documented".into()));
+    if expected
+        .iter()
+        .any(|&(got, wrong, want)| got != want || wrong)
+        || charged != 2
+        || retry.body != first.body
+    {
+        return Err(AppError::Refused(
+            "the API did not behave as documented".into(),
+        ));
     }
     Ok(charged)
 }
@@ -212,8 +264,9 @@ pub fn run(dir: &Path, out: &mut dyn Write) -> Result<(), AppError> {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
         let bank = Arc::new(Bank::default());
-        let server = tokio::spawn(axum::serve(listener, app(store, bank.clone())).into_future());
-        let result = self_test(addr, || bank.charges(), out).await;
+        let router = app(store, bank.clone());
+        let server = tokio::spawn(async move { axum::serve(listener, router).await });
+        let result = self_test(addr, &bank, out).await;
         server.abort();
         result.map(|_| ())
     })
@@ -221,10 +274,15 @@ pub fn run(dir: &Path, out: &mut dyn Write) -> Result<(), AppError> {
 
 /// `--serve`: the API on 127.0.0.1:3000 (or `PORT`), its store in `.rerun/` here.
 pub fn serve_forever() -> Result<(), AppError> {
-    let port: u16 = std::env::var("PORT").ok().and_then(|p| p.parse().ok()).unwrap_or(3000);
+    let port: u16 = std::env::var("PORT")
+        .ok()
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(3000);
     std::fs::create_dir_all(".rerun")?;
     let store = SqliteStore::open(".rerun/http-example.sqlite3")?;
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
     rt.block_on(async {
         let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
         println!("serving the payments API on http://127.0.0.1:{port} (Ctrl-C stops it)");

@@ -75,5 +75,8 @@ fn http() {
     let out = deterministic(env!("CARGO_BIN_EXE_http"));
     assert!(out.contains("charges the bank made: 2"), "{out}");
     assert!(out.contains("(Idempotent-Replayed: true)"), "{out}");
-    assert!(out.contains("-> 409") && out.contains("-> 422") && out.contains("-> 400"), "{out}");
+    assert!(
+        out.contains("-> 409") && out.contains("-> 422") && out.contains("-> 400"),
+        "{out}"
+    );
 }

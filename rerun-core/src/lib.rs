@@ -24,10 +24,11 @@
 //!
 //! ## Features
 //! `macros` (default), `sqlite` (default, the embedded store), `postgres`, `redis`, `tokio`
-//! (`Call::run_detached`, a call that a dropped future cannot cut short), `testing` (the conformance suite and the safe-to-rerun harness), `uuid` (uuid keys),
-//! `metrics` (counters and histograms through the `metrics` facade), `http` (rerun's errors
-//! as RFC 9457 problem responses: `Error::problem`), `axum` (`IntoResponse` for `Error`).
-//! docs.rs builds every feature; locally, `cargo doc -p rerun-core --all-features --open` does the same.
+//! (`Call::run_detached`: a call that a dropped future cannot cut short), `testing` (the
+//! conformance suite and the safe-to-rerun harness), `uuid` (uuid keys), `metrics` (counters
+//! and histograms through the `metrics` facade), `http` (rerun's errors as RFC 9457 problem
+//! responses: `Error::problem`), `axum` (`IntoResponse` for `Error`). docs.rs builds every
+//! feature; locally, `cargo doc -p rerun-core --all-features --open` does the same.
 //!
 //! ## Guides
 //! The repository's `docs/` folder: the safe-to-rerun harness, running rerun in production

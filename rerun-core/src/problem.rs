@@ -247,9 +247,15 @@ mod tests {
 
     #[test]
     fn statuses_follow_the_table() {
-        let statuses: Vec<u16> = all().iter().map(|e| e.problem().status().as_u16()).collect();
+        let statuses: Vec<u16> = all()
+            .iter()
+            .map(|e| e.problem().status().as_u16())
+            .collect();
         assert_eq!(statuses, [409, 422, 500, 503, 503, 500, 500, 500]);
-        let retry: Vec<Option<u64>> = all().iter().map(|e| e.problem().retry_after_secs()).collect();
+        let retry: Vec<Option<u64>> = all()
+            .iter()
+            .map(|e| e.problem().retry_after_secs())
+            .collect();
         assert_eq!(
             retry,
             [Some(1), None, None, Some(1), Some(1), None, None, None]

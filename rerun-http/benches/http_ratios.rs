@@ -27,7 +27,10 @@ fn requests() -> usize {
 }
 
 async fn handler(body: axum::body::Bytes) -> (http::StatusCode, String) {
-    (http::StatusCode::CREATED, format!("{{\"paid\":{}}}", body.len()))
+    (
+        http::StatusCode::CREATED,
+        format!("{{\"paid\":{}}}", body.len()),
+    )
 }
 
 async fn serve(router: Router) -> String {
@@ -46,7 +49,12 @@ async fn serve(router: Router) -> String {
 }
 
 /// Microseconds per request: `n` requests, the key of request `i` from `key(i)`.
-async fn time(http: &reqwest::Client, url: &str, n: usize, key: impl Fn(usize) -> Option<String>) -> f64 {
+async fn time(
+    http: &reqwest::Client,
+    url: &str,
+    n: usize,
+    key: impl Fn(usize) -> Option<String>,
+) -> f64 {
     let started = Instant::now();
     for i in 0..n {
         let mut req = http.post(url).body("{\"amount_cents\":4200}");
@@ -66,9 +74,7 @@ async fn time(http: &reqwest::Client, url: &str, n: usize, key: impl Fn(usize) -
 
 /// Microseconds per replayed call straight on the store.
 fn round_trip(store: &dyn DynStore, tag: &str, n: usize) -> f64 {
-    let call = || {
-        Call::new("bench.round_trip", tag).run(store, || Ok::<_, Error>(1u32))
-    };
+    let call = || Call::new("bench.round_trip", tag).run(store, || Ok::<_, Error>(1u32));
     if let Err(e) = call() {
         panic!("{e}");
     }
@@ -139,11 +145,9 @@ fn main() {
         println!("|------------------------------|---------:|--------:|--------:|");
         row("axum handler, no layer", bare, bare);
         for (name, store) in &stores {
-            let url = serve(
-                Router::new()
-                    .route("/payments", post(handler))
-                    .layer(IdempotencyLayer::new(store.clone()).scope(format!("bench-{}", std::process::id()))),
-            )
+            let url = serve(Router::new().route("/payments", post(handler)).layer(
+                IdempotencyLayer::new(store.clone()).scope(format!("bench-{}", std::process::id())),
+            ))
             .await;
             time(&http, &url, WARMUP, |i| Some(format!("warm-{i}"))).await;
             let fresh = time(&http, &url, n, |i| Some(format!("fresh-{i}"))).await;

@@ -60,7 +60,9 @@ where
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         match self.project().inner.project() {
-            RequestBodyProj::Buffered { data } => Poll::Ready(data.take().map(|d| Ok(Frame::data(d)))),
+            RequestBodyProj::Buffered { data } => {
+                Poll::Ready(data.take().map(|d| Ok(Frame::data(d))))
+            }
             RequestBodyProj::Streaming { body } => body.poll_frame(cx).map_err(Into::into),
         }
     }
@@ -141,7 +143,9 @@ where
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         match self.project().inner.project() {
-            ResponseBodyProj::Buffered { data } => Poll::Ready(data.take().map(|d| Ok(Frame::data(d)))),
+            ResponseBodyProj::Buffered { data } => {
+                Poll::Ready(data.take().map(|d| Ok(Frame::data(d))))
+            }
             ResponseBodyProj::Streaming { body } => body.poll_frame(cx).map_err(Into::into),
             ResponseBodyProj::Resumed { read, rest } => match read.pop_front() {
                 Some(frame) => Poll::Ready(Some(Ok(frame))),
@@ -195,7 +199,11 @@ pub(crate) enum ReadError {
 
 /// Reads a request body whole, refusing one larger than `max` bytes (by its `Content-Length`
 /// before reading anything, else as soon as it passes the limit). Trailers are dropped.
-pub(crate) async fn read_request<B>(headers: &HeaderMap, body: B, max: usize) -> Result<Bytes, ReadError>
+pub(crate) async fn read_request<B>(
+    headers: &HeaderMap,
+    body: B,
+    max: usize,
+) -> Result<Bytes, ReadError>
 where
     B: Body<Data = Bytes>,
     B::Error: Into<BoxError>,

@@ -56,10 +56,7 @@ impl<S: Send + Sync> FromRequestParts<S> for IdempotencyKey {
 impl<S: Send + Sync> OptionalFromRequestParts<S> for IdempotencyKey {
     type Rejection = KeyRejection;
 
-    async fn from_request_parts(
-        parts: &mut Parts,
-        _: &S,
-    ) -> Result<Option<Self>, Self::Rejection> {
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Option<Self>, Self::Rejection> {
         IdempotencyKey::from_headers(&parts.headers, &IDEMPOTENCY_KEY).map_err(KeyRejection)
     }
 }

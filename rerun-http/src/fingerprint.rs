@@ -42,6 +42,10 @@ pub(crate) fn of(
         Raw(body.clone()),
     );
     // Strings, bytes and options always serialize; an error here would be a bug in the codec.
-    Fingerprint::of(&print)
-        .map_err(|e| Error::config(format!("{key}: the request could not be fingerprinted: {}", e.0)))
+    Fingerprint::of(&print).map_err(|e| {
+        Error::config(format!(
+            "{key}: the request could not be fingerprinted: {}",
+            e.0
+        ))
+    })
 }

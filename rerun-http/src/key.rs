@@ -209,11 +209,17 @@ mod tests {
         assert_eq!(ok(b""), Err(KeyError::Empty));
         assert_eq!(ok(b"\"\""), Err(KeyError::Empty));
         assert!(matches!(ok(b"\"abc"), Err(KeyError::Malformed { .. })));
-        assert!(matches!(ok(b"\"abc\";p=1"), Err(KeyError::Malformed { .. })));
+        assert!(matches!(
+            ok(b"\"abc\";p=1"),
+            Err(KeyError::Malformed { .. })
+        ));
         assert!(matches!(ok(br#""a\nb""#), Err(KeyError::Malformed { .. })));
         assert!(matches!(ok(b"a b"), Err(KeyError::Malformed { .. })));
         assert!(matches!(ok(b"a, b"), Err(KeyError::Malformed { .. })));
-        assert!(matches!(ok("\"é\"".as_bytes()), Err(KeyError::Malformed { .. })));
+        assert!(matches!(
+            ok("\"é\"".as_bytes()),
+            Err(KeyError::Malformed { .. })
+        ));
         assert!(matches!(ok(b"\xff\xfe"), Err(KeyError::Malformed { .. })));
         let longest = "k".repeat(MAX_KEY_LEN);
         assert_eq!(ok(longest.as_bytes()).as_deref(), Ok(longest.as_str()));

@@ -57,6 +57,12 @@
 //! recorded response, whatever key it sends. Without a principal, all clients share one key
 //! space: safe only when keys are unguessable and every client is trusted.
 //!
+//! Keys are also scoped by route: with the `axum` feature, axum's matched route
+//! (`/payments/{id}`), so the same key sent to `/payments` and to `/refunds` names two
+//! operations, while `/payments/7` and `/payments/8` under one route are two different
+//! requests for one key (`422`). Below other routers, the layer's
+//! [`scope`](IdempotencyLayer::scope) is the only one: give each route's layer its own.
+//!
 //! ## Disconnects and crashes
 //!
 //! The handler runs on a tokio task of its own: a client that hangs up does not cut it short,

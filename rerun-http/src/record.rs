@@ -123,7 +123,10 @@ mod tests {
             .status(201)
             .header("x-one", "a")
             .header("x-one", "b")
-            .header("x-binary", HeaderValue::from_bytes(b"\xfe\xff").unwrap_or(HeaderValue::from_static("x")))
+            .header(
+                "x-binary",
+                HeaderValue::from_bytes(b"\xfe\xff").unwrap_or(HeaderValue::from_static("x")),
+            )
             .header("connection", "close")
             .body(())
             .unwrap_or_default();

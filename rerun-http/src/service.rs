@@ -13,7 +13,9 @@ use rerun_core::problem::Problem;
 use rerun_core::{Call, Error, Key};
 use tower_service::Service;
 
-use crate::body::{read_request, read_response, BoxError, Captured, ReadError, RequestBody, ResponseBody};
+use crate::body::{
+    read_request, read_response, BoxError, Captured, ReadError, RequestBody, ResponseBody,
+};
 use crate::fingerprint;
 use crate::key::{IdempotencyKey, KeyError};
 use crate::layer::IdempotencyLayer;
@@ -60,7 +62,10 @@ impl<R, E> Future for ResponseFuture<R, E> {
 
 impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for IdempotencyService<S>
 where
-    S: Service<Request<RequestBody<ReqBody>>, Response = Response<ResBody>> + Clone + Send + 'static,
+    S: Service<Request<RequestBody<ReqBody>>, Response = Response<ResBody>>
+        + Clone
+        + Send
+        + 'static,
     S::Future: Send + 'static,
     S::Error: Send + 'static,
     ReqBody: Body<Data = Bytes> + Send + 'static,
@@ -107,7 +112,9 @@ where
 }
 
 /// A problem answered at once.
-fn ready<B: Send + 'static, E: Send + 'static>(problem: Problem) -> ResponseFuture<Response<ResponseBody<B>>, E> {
+fn ready<B: Send + 'static, E: Send + 'static>(
+    problem: Problem,
+) -> ResponseFuture<Response<ResponseBody<B>>, E> {
     let response = problem.into_response();
     ResponseFuture {
         inner: Box::pin(std::future::ready(Ok(response))),
@@ -211,7 +218,8 @@ where
     };
     let principal = config.principal.as_ref().and_then(|p| p(&parts));
     let rerun_key = rerun_key(&config.scope, principal.as_deref(), route_of(&parts), &key);
-    let fingerprint = match fingerprint::of(&parts, &body, &config.fingerprint_headers, &rerun_key) {
+    let fingerprint = match fingerprint::of(&parts, &body, &config.fingerprint_headers, &rerun_key)
+    {
         Ok(fingerprint) => fingerprint,
         Err(e) => return Ok(problem_of(&e)),
     };
@@ -240,7 +248,9 @@ where
         Ok(Err(Failure::Pass(response))) => Ok(response),
         Ok(Err(Failure::Inner(e))) => Err(e),
         Ok(Err(Failure::Panicked)) => {
-            tracing::error!("rerun-http: the handler panicked; its key was released and nothing was recorded");
+            tracing::error!(
+                "rerun-http: the handler panicked; its key was released and nothing was recorded"
+            );
             Ok(handler_failed())
         }
         Err(e) => {
@@ -281,7 +291,10 @@ where
 {
     let (parts, body) = response.into_parts();
     if parts.status.is_server_error() || is_event_stream(&parts) {
-        return Err(Failure::Pass(Response::from_parts(parts, ResponseBody::streaming(body))));
+        return Err(Failure::Pass(Response::from_parts(
+            parts,
+            ResponseBody::streaming(body),
+        )));
     }
     match read_response(body, max_body).await {
         Captured::Whole(bytes) => Ok(Recorded::new(&parts, bytes)),
@@ -309,7 +322,11 @@ fn is_event_stream(parts: &http::response::Parts) -> bool {
         .headers
         .get(CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.trim_start().to_ascii_lowercase().starts_with("text/event-stream"))
+        .is_some_and(|v| {
+            v.trim_start()
+                .to_ascii_lowercase()
+                .starts_with("text/event-stream")
+        })
 }
 
 /// A future that turns a panic while polling into `Err(())` (the panic hook has printed it),

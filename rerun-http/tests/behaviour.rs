@@ -251,7 +251,11 @@ async fn a_5xx_or_a_panic_records_nothing(f: Arc<Fixture>) {
     assert!(retry.replayed());
     let before = server.runs.get();
     for _ in 0..2 {
-        let got = send(http.post(server.url("/panic")).header("idempotency-key", "p")).await;
+        let got = send(
+            http.post(server.url("/panic"))
+                .header("idempotency-key", "p"),
+        )
+        .await;
         assert_eq!(got.status, 500);
         assert_eq!(got.code(), "handler_failed");
     }
@@ -262,10 +266,18 @@ async fn other_methods_and_keyless_requests_pass_through(f: Arc<Fixture>) {
     let server = Server::start(f.layer()).await;
     let http = client();
     for _ in 0..2 {
-        let got = send(http.get(server.url("/payments")).header("idempotency-key", "g")).await;
+        let got = send(
+            http.get(server.url("/payments"))
+                .header("idempotency-key", "g"),
+        )
+        .await;
         assert_eq!(got.status, 200);
         assert!(!got.replayed());
-        let put = send(http.put(server.url("/payments")).header("idempotency-key", "g")).await;
+        let put = send(
+            http.put(server.url("/payments"))
+                .header("idempotency-key", "g"),
+        )
+        .await;
         assert_eq!(put.status, 201);
         assert!(!put.replayed());
         let keyless = send(http.post(server.url("/payments")).body("x")).await;
@@ -275,7 +287,11 @@ async fn other_methods_and_keyless_requests_pass_through(f: Arc<Fixture>) {
     // Configured: PUT handled too.
     let server = Server::start(f.layer().methods([http::Method::PUT])).await;
     for _ in 0..2 {
-        send(http.put(server.url("/payments")).header("idempotency-key", "g")).await;
+        send(
+            http.put(server.url("/payments"))
+                .header("idempotency-key", "g"),
+        )
+        .await;
     }
     assert_eq!(server.runs.get(), 1);
 }
@@ -449,9 +465,16 @@ async fn a_chunked_request_body_is_the_same_request(f: Arc<Fixture>) {
     assert_eq!(raw_status(&first), 201, "{first}");
     assert!(first.contains("\"bytes\":11"), "{first}");
     assert_eq!(raw_status(&again), 201);
-    assert!(again.to_ascii_lowercase().contains("idempotent-replayed: true"));
+    assert!(again
+        .to_ascii_lowercase()
+        .contains("idempotent-replayed: true"));
     // Chunked differently, the same bytes: the same request.
-    assert!(split.to_ascii_lowercase().contains("idempotent-replayed: true"), "{split}");
+    assert!(
+        split
+            .to_ascii_lowercase()
+            .contains("idempotent-replayed: true"),
+        "{split}"
+    );
     assert_eq!(raw_status(&over), 413, "{over}");
     assert_eq!(server.runs.get(), 1);
     // A plain request with the same bytes is the same request too.
@@ -469,19 +492,37 @@ async fn event_streams_and_oversized_responses_are_not_recorded(f: Arc<Fixture>)
     let server = Server::start(f.layer().max_body(1000)).await;
     let http = client();
     for run in 1..=2 {
-        let got = send(http.post(server.url("/events")).header("idempotency-key", "sse")).await;
+        let got = send(
+            http.post(server.url("/events"))
+                .header("idempotency-key", "sse"),
+        )
+        .await;
         assert_eq!(got.status, 200);
         assert!(!got.replayed());
-        assert_eq!(got.text(), format!("data: {run}-0\n\ndata: {run}-1\n\ndata: {run}-2\n\n"));
+        assert_eq!(
+            got.text(),
+            format!("data: {run}-0\n\ndata: {run}-1\n\ndata: {run}-2\n\n")
+        );
     }
     let before = server.runs.get();
     for _ in 0..2 {
-        let got = send(http.post(server.url("/big?bytes=1001")).header("idempotency-key", "big")).await;
+        let got = send(
+            http.post(server.url("/big?bytes=1001"))
+                .header("idempotency-key", "big"),
+        )
+        .await;
         assert_eq!((got.status, got.body.len()), (200, 1001));
         assert!(!got.replayed());
     }
-    assert_eq!(server.runs.get(), before + 2, "an oversized response released its key");
-    let fits = |_: ()| http.post(server.url("/big?bytes=1000")).header("idempotency-key", "fits");
+    assert_eq!(
+        server.runs.get(),
+        before + 2,
+        "an oversized response released its key"
+    );
+    let fits = |_: ()| {
+        http.post(server.url("/big?bytes=1000"))
+            .header("idempotency-key", "fits")
+    };
     send(fits(())).await;
     let again = send(fits(())).await;
     assert!(again.replayed() && again.body.len() == 1000);
@@ -491,14 +532,22 @@ async fn a_store_that_is_down_gets_503_and_the_handler_does_not_run(f: Arc<Fixtu
     let server = Server::start(f.switched_layer()).await;
     let http = client();
     f.switch.store(true, Ordering::SeqCst);
-    let got = send(http.post(server.url("/payments")).header("idempotency-key", "down")).await;
+    let got = send(
+        http.post(server.url("/payments"))
+            .header("idempotency-key", "down"),
+    )
+    .await;
     assert_eq!(got.status, 503, "{}", got.text());
     assert_eq!(got.code(), "store_unavailable");
     assert_eq!(got.header("retry-after"), Some("1"));
     assert!(!got.text().contains("db-internal"), "{}", got.text());
     assert_eq!(server.runs.get(), 0);
     f.switch.store(false, Ordering::SeqCst);
-    let got = send(http.post(server.url("/payments")).header("idempotency-key", "down")).await;
+    let got = send(
+        http.post(server.url("/payments"))
+            .header("idempotency-key", "down"),
+    )
+    .await;
     assert_eq!(got.status, 201);
     assert_eq!(server.runs.get(), 1);
 }

@@ -100,9 +100,9 @@ fn lines(path: &Path, route: &str) -> usize {
 fn open(spec: &str) -> Arc<dyn DynStore> {
     let parts: Vec<&str> = spec.split(' ').collect();
     match parts.as_slice() {
-        ["sqlite", path] => Arc::new(
-            rerun_core::SqliteStore::open(path).unwrap_or_else(|e| panic!("{e}")),
-        ),
+        ["sqlite", path] => {
+            Arc::new(rerun_core::SqliteStore::open(path).unwrap_or_else(|e| panic!("{e}")))
+        }
         ["postgres", url, table] => Arc::new(
             rerun_core::PostgresStore::builder(url)
                 .table(*table)
@@ -144,7 +144,10 @@ impl Server {
             .stderr(Stdio::inherit())
             .spawn()
             .unwrap_or_else(|e| panic!("spawning the server: {e}"));
-        let stdout = child.stdout.take().unwrap_or_else(|| panic!("piped stdout"));
+        let stdout = child
+            .stdout
+            .take()
+            .unwrap_or_else(|| panic!("piped stdout"));
         let mut lines = BufReader::new(stdout).lines();
         let addr = loop {
             match lines.next() {

@@ -95,17 +95,17 @@ mod tests {
             let store = Arc::new(MemoryStore::new());
             let runs = Arc::new(AtomicU32::new(0));
             let call = |store: Arc<MemoryStore>, runs: Arc<AtomicU32>| {
-                Call::new("detached", "k").once().run_detached(store, async move {
-                    tokio::time::sleep(Duration::from_millis(30)).await;
-                    runs.fetch_add(1, Ordering::SeqCst);
-                    Ok::<_, Error>(7u32)
-                })
+                Call::new("detached", "k")
+                    .once()
+                    .run_detached(store, async move {
+                        tokio::time::sleep(Duration::from_millis(30)).await;
+                        runs.fetch_add(1, Ordering::SeqCst);
+                        Ok::<_, Error>(7u32)
+                    })
             };
-            let first = tokio::time::timeout(
-                Duration::from_millis(5),
-                call(store.clone(), runs.clone()),
-            )
-            .await;
+            let first =
+                tokio::time::timeout(Duration::from_millis(5), call(store.clone(), runs.clone()))
+                    .await;
             assert!(first.is_err(), "the caller gave up");
             tokio::time::sleep(Duration::from_millis(150)).await;
             assert_eq!(runs.load(Ordering::SeqCst), 1);
