@@ -142,13 +142,13 @@ impl<E, B> From<Error> for Failure<E, B> {
 /// Rerun's key of a request: the layer's scope; the principal and the route (each tagged, so
 /// that no name can equal their absence) and the client's key.
 fn rerun_key(
-    scope: &std::borrow::Cow<'static, str>,
+    scope: std::borrow::Cow<'static, str>,
     principal: Option<&str>,
     route: Option<&str>,
     key: &IdempotencyKey,
 ) -> Key {
     Key::new(
-        scope.clone(),
+        scope,
         &(
             principal.is_some(),
             principal.unwrap_or(""),
@@ -217,7 +217,7 @@ where
         }
     };
     let principal = config.principal.as_ref().and_then(|p| p(&parts));
-    let rerun_key = rerun_key(&config.scope, principal.as_deref(), route_of(&parts), &key);
+    let rerun_key = rerun_key(config.scope.clone(), principal.as_deref(), route_of(&parts), &key);
     let fingerprint = match fingerprint::of(&parts, &body, &config.fingerprint_headers, &rerun_key)
     {
         Ok(fingerprint) => fingerprint,
