@@ -217,7 +217,12 @@ where
         }
     };
     let principal = config.principal.as_ref().and_then(|p| p(&parts));
-    let rerun_key = rerun_key(config.scope.clone(), principal.as_deref(), route_of(&parts), &key);
+    let rerun_key = rerun_key(
+        config.scope.clone(),
+        principal.as_deref(),
+        route_of(&parts),
+        &key,
+    );
     let fingerprint = match fingerprint::of(&parts, &body, &config.fingerprint_headers, &rerun_key)
     {
         Ok(fingerprint) => fingerprint,
