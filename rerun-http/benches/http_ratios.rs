@@ -8,6 +8,8 @@
 //! ```text
 //! RERUN_BENCH_REDIS_URL=redis://127.0.0.1:6379 cargo bench -p rerun-http --bench http_ratios
 //! ```
+//!
+//! `RERUN_BENCH_REQUESTS` sets the requests per case (default 3000).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -89,7 +91,7 @@ fn round_trip(store: &dyn DynStore, tag: &str, n: usize) -> f64 {
 
 fn row(case: &str, us: f64, bare: f64) {
     println!(
-        "| {case:<28} | {:>8.0} | {:>7.0} | {:>5.2}x |",
+        "| {case:<28} | {:>8.0} | {:>7.0} | {:>11.2}x |",
         1e6 / us,
         us,
         us / bare
@@ -103,6 +105,7 @@ fn main() {
         Err(e) => panic!("{e}"),
     };
     let mut stores: Vec<(&str, Arc<dyn DynStore>)> = Vec::new();
+    let mut redis_prefix = None;
     match rerun_core::SqliteStore::open(dir.path().join("bench.sqlite3")) {
         Ok(s) => stores.push(("SQLite", Arc::new(s))),
         Err(e) => panic!("{e}"),
@@ -114,7 +117,10 @@ fn main() {
                 &url,
                 rerun_core::store::redis::RedisOptions::new().prefix(&prefix),
             ) {
-                Ok(s) => stores.push(("Redis", Arc::new(s))),
+                Ok(s) => {
+                    stores.push(("Redis", Arc::new(s)));
+                    redis_prefix = Some((url.clone(), prefix));
+                }
                 Err(e) => panic!("{e}"),
             }
         }
@@ -141,8 +147,8 @@ fn main() {
         time(&http, &bare_url, WARMUP, |_| None).await;
         let bare = time(&http, &bare_url, n, |_| None).await;
         println!("{n} sequential POSTs per case over one loopback connection\n");
-        println!("| case                         |   req/s  | us/req  | vs bare |");
-        println!("|------------------------------|---------:|--------:|--------:|");
+        println!("| case                         |   req/s  | us/req  | time vs bare |");
+        println!("|------------------------------|---------:|--------:|-------------:|");
         row("axum handler, no layer", bare, bare);
         for (name, store) in &stores {
             let url = serve(Router::new().route("/payments", post(handler)).layer(
@@ -160,11 +166,22 @@ fn main() {
                 .await
                 .unwrap_or(f64::NAN);
             println!(
-                "| {:<28} |          | {:>7.0} |         |",
+                "| {:<28} |          | {:>7.0} |              |",
                 format!("{name}: one store round trip"),
                 trip
             );
         }
     });
-    // Redis keys of the bench are removed by their ttl (24 h); the SQLite file with the dir.
+    // The bench's Redis keys go now (the SQLite file goes with its directory).
+    if let Some((url, prefix)) = redis_prefix {
+        if let Ok(mut conn) = redis::Client::open(url.as_str()).and_then(|c| c.get_connection()) {
+            let keys: Vec<String> = redis::cmd("KEYS")
+                .arg(format!("{prefix}*"))
+                .query(&mut conn)
+                .unwrap_or_default();
+            for key in keys {
+                let _: redis::RedisResult<()> = redis::cmd("DEL").arg(key).query(&mut conn);
+            }
+        }
+    }
 }
