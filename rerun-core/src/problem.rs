@@ -98,14 +98,23 @@ impl Problem {
     /// The JSON body: `type` (`about:blank`: the status says it), `title` (the status' reason
     /// phrase), `status`, `detail` and the extension member `code`.
     pub fn to_json(&self) -> Vec<u8> {
-        let body = serde_json::json!({
-            "type": "about:blank",
-            "title": self.status.canonical_reason().unwrap_or("Error"),
-            "status": self.status.as_u16(),
-            "detail": self.detail,
-            "code": self.code,
-        });
-        // Serializing a `Value` of strings and numbers cannot fail.
+        // Fields in the order RFC 9457 lists them, the extension last.
+        #[derive(serde::Serialize)]
+        struct Body<'a> {
+            r#type: &'a str,
+            title: &'a str,
+            status: u16,
+            detail: &'a str,
+            code: &'a str,
+        }
+        let body = Body {
+            r#type: "about:blank",
+            title: self.status.canonical_reason().unwrap_or("Error"),
+            status: self.status.as_u16(),
+            detail: &self.detail,
+            code: self.code,
+        };
+        // Serializing strings and a number cannot fail.
         serde_json::to_vec(&body).unwrap_or_default()
     }
 
