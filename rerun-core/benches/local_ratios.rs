@@ -1,6 +1,8 @@
 //! Prints, from one run, rerun's throughput on the local stores against hand-written baselines
 //! doing the same work: a `Mutex<HashMap>` with the same key, fingerprint and result encoding,
-//! and raw rusqlite doing the same statements. Sequential and with 16 concurrent callers.
+//! and raw rusqlite doing the same statements; for SQLite also the simplest client doing the
+//! same writes (`INSERT .. ON CONFLICT DO NOTHING` + `UPDATE`, a `SELECT` for a repeat).
+//! Sequential and with 16 concurrent callers.
 //!
 //! `cargo bench -p rerun-core --bench local_ratios`
 
@@ -9,7 +11,7 @@ mod local;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use local::{rerun_call, Baseline, RawSqlite};
+use local::{rerun_call, Baseline, FloorSqlite, RawSqlite};
 use rerun_core::{MemoryStore, SqliteStore};
 
 /// Calls per second of `f` over `threads` threads for about `window`.
@@ -36,11 +38,23 @@ fn rate(threads: usize, window: Duration, f: &(dyn Fn(usize, u64) + Sync)) -> f6
 
 fn row(name: &str, ours: f64, theirs: f64) {
     println!(
-        "| {name:<34} | {:>12.0} | {:>12.0} | {:>6.2}x | {:>8.2} us |",
+        "| {name:<34} | {:>12.0} | {:>12.0} | {:>6.2}x | {:>8.2} us | | |",
         ours,
         theirs,
         ours / theirs,
         1e6 / ours
+    );
+}
+
+fn row3(name: &str, ours: f64, theirs: f64, floor: f64) {
+    println!(
+        "| {name:<34} | {:>12.0} | {:>12.0} | {:>6.2}x | {:>8.2} us | {:>12.0} | {:>6.2}x |",
+        ours,
+        theirs,
+        ours / theirs,
+        1e6 / ours,
+        floor,
+        ours / floor
     );
 }
 
@@ -54,8 +68,8 @@ fn main() {
     if std::env::args().any(|a| a == "--list") {
         return;
     }
-    println!("| case | rerun calls/s | baseline calls/s | ratio | rerun per call |");
-    println!("|---|---:|---:|---:|---:|");
+    println!("| case | rerun calls/s | same work calls/s | ratio | rerun per call | floor calls/s | vs floor |");
+    println!("|---|---:|---:|---:|---:|---:|---:|");
     let id = |t: usize, i: u64| 1_000_000_000 * (t as u64 + 1) + i;
 
     let fresh = || (MemoryStore::new(), Baseline::default());
@@ -83,9 +97,12 @@ fn main() {
         SqliteStore::open(dir.path().join("rerun.sqlite3")).unwrap_or_else(|e| panic!("{e}"));
     let raw_path = dir.path().join("raw.sqlite3");
     let raw = RawSqlite::open(&raw_path);
+    let floor_path = dir.path().join("floor.sqlite3");
+    let floor = FloorSqlite::open(&floor_path);
     let ours = rate(1, window, &|t, i| drop(rerun_call(&store, id(t, i), false)));
     let theirs = rate(1, window, &|t, i| drop(raw.call(id(t, i))));
-    row("sqlite fresh (NORMAL), 1 caller", ours, theirs);
+    let bare = rate(1, window, &|t, i| drop(floor.call(id(t, i))));
+    row3("sqlite fresh (NORMAL), 1 caller", ours, theirs, bare);
     let raws: Vec<RawSqlite> = (0..16).map(|_| RawSqlite::open(&raw_path)).collect();
     let ours = rate(16, window, &|t, i| {
         drop(rerun_call(&store, id(t, i) + 500_000_000, false))
@@ -93,17 +110,24 @@ fn main() {
     let theirs = rate(16, window, &|t, i| {
         drop(raws[t].call(id(t, i) + 500_000_000))
     });
-    row("sqlite fresh (NORMAL), 16 callers", ours, theirs);
+    let floors: Vec<FloorSqlite> = (0..16).map(|_| FloorSqlite::open(&floor_path)).collect();
+    let bare = rate(16, window, &|t, i| {
+        drop(floors[t].call(id(t, i) + 500_000_000))
+    });
+    row3("sqlite fresh (NORMAL), 16 callers", ours, theirs, bare);
     let ours = rate(1, window, &|t, i| {
         drop(rerun_call(&store, id(t, i) + 700_000_000, true))
     });
     row("sqlite fresh once (FULL claim), 1", ours, theirs);
     rerun_call(&store, 1, false);
     raw.call(1);
+    floor.call(1);
     let ours = rate(1, window, &|_, _| drop(rerun_call(&store, 1, false)));
     let theirs = rate(1, window, &|_, _| drop(raw.call(1)));
-    row("sqlite repeated, 1 caller", ours, theirs);
+    let bare = rate(1, window, &|_, _| drop(floor.call(1)));
+    row3("sqlite repeated, 1 caller", ours, theirs, bare);
     let ours = rate(16, window, &|_, _| drop(rerun_call(&store, 1, false)));
     let theirs = rate(16, window, &|t, _| drop(raws[t].call(1)));
-    row("sqlite repeated, 16 callers", ours, theirs);
+    let bare = rate(16, window, &|t, _| drop(floors[t].call(1)));
+    row3("sqlite repeated, 16 callers", ours, theirs, bare);
 }

@@ -1,9 +1,12 @@
-//! Prints, from one run, rerun's throughput on `PostgresStore` against the raw `tokio-postgres`
-//! client running the same prepared statements with the same arguments: fresh calls (claim +
-//! complete, two round trips) and repeated calls (one claim-or-fetch round trip), with 1 and 16
-//! concurrent callers, sync (threads) and async (tasks on a 2-worker tokio runtime). The raw
-//! side gives every caller its own connection, the best case for it. Also prints rerun with 8
-//! callers against 1, and the statements per call counted by the server.
+//! Prints, from one run, rerun's throughput on `PostgresStore` against two baselines on the raw
+//! `tokio-postgres` client: the same prepared statements with the same arguments (what rerun's
+//! own client code costs), and the simplest client doing the same round trips (the floor of the
+//! protocol: `INSERT .. ON CONFLICT DO NOTHING` + `UPDATE` for a fresh call, a prepared
+//! `SELECT` by primary key for a repeated one). Fresh calls (claim + complete, two round trips)
+//! and repeated calls (one round trip), with 1, 8 and 16 concurrent callers, sync (threads) and
+//! async (tasks on a 2-worker tokio runtime). The raw sides give every caller its own
+//! connection, the best case for them. Also prints rerun with 8 callers against 1, and the
+//! statements per call counted by the server.
 //!
 //! `RERUN_BENCH_POSTGRES_URL=postgres://postgres@127.0.0.1:5432/test cargo bench -p rerun-core
 //! --features postgres --bench postgres_ratios`
@@ -117,6 +120,125 @@ impl Raw {
     }
 }
 
+/// The simplest client doing the same round trips as rerun, with none of its guarantees: no
+/// lease, no fence, no payload check. A fresh call inserts a row (`ON CONFLICT DO NOTHING`)
+/// and then stores the result; a repeated call is a prepared `SELECT` by primary key.
+struct Floor {
+    client: Client,
+    insert: Statement,
+    update: Statement,
+    select: Statement,
+    result: Vec<u8>,
+}
+
+impl Floor {
+    /// The table of the floor, beside rerun's own.
+    fn table(rerun_table: &str) -> String {
+        format!("{rerun_table}_floor")
+    }
+
+    async fn connect(url: &str, table: &str) -> Floor {
+        let (client, connection) = tokio_postgres::connect(url, NoTls)
+            .await
+            .expect("floor connect");
+        tokio::spawn(connection);
+        client
+            .batch_execute(&format!(
+                "CREATE TABLE IF NOT EXISTS \"{table}\" (scope text COLLATE \"C\" NOT NULL, id text COLLATE \"C\" NOT NULL, result bytea, PRIMARY KEY (scope, id))"
+            ))
+            .await
+            .expect("floor table");
+        let insert = client
+            .prepare(&format!(
+                "INSERT INTO \"{table}\" (scope, id) VALUES ($1, $2) ON CONFLICT DO NOTHING"
+            ))
+            .await
+            .expect("prepare");
+        let update = client
+            .prepare(&format!(
+                "UPDATE \"{table}\" SET result = $3 WHERE scope = $1 AND id = $2"
+            ))
+            .await
+            .expect("prepare");
+        let select = client
+            .prepare(&format!(
+                "SELECT result FROM \"{table}\" WHERE scope = $1 AND id = $2"
+            ))
+            .await
+            .expect("prepare");
+        Floor {
+            client,
+            insert,
+            update,
+            select,
+            result: rerun_core::codec::encode(&receipt()).expect("encode"),
+        }
+    }
+
+    async fn call(&self, kind: Kind, key: &Key) {
+        let (scope, id) = (key.scope(), key.id());
+        if kind == Kind::Repeated {
+            let row = self
+                .client
+                .query_opt(&self.select, &[&scope, &id])
+                .await
+                .expect("floor select");
+            if row.and_then(|r| r.get::<_, Option<Vec<u8>>>(0)).is_some() {
+                return;
+            }
+        }
+        let n = self
+            .client
+            .execute(&self.insert, &[&scope, &id])
+            .await
+            .expect("floor insert");
+        if n == 1 {
+            self.client
+                .execute(&self.update, &[&scope, &id, &self.result])
+                .await
+                .expect("floor update");
+        }
+    }
+}
+
+/// Which raw client a baseline side runs.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Baseline {
+    /// rerun's own statements.
+    Same,
+    /// The simplest statements doing the same round trips.
+    Floor,
+}
+
+/// A connected raw client of either baseline.
+enum Bare {
+    Same(Raw),
+    Floor(Floor),
+}
+
+impl Bare {
+    async fn connect(url: &str, store: &PostgresStore, table: &str, baseline: Baseline) -> Bare {
+        match baseline {
+            Baseline::Same => Bare::Same(Raw::connect(url, store).await),
+            Baseline::Floor => Bare::Floor(Floor::connect(url, &Floor::table(table)).await),
+        }
+    }
+
+    async fn call(&self, kind: Kind, key: &Key) {
+        match self {
+            Bare::Same(raw) => raw.call(key).await,
+            Bare::Floor(floor) => floor.call(kind, key).await,
+        }
+    }
+
+    fn scope(baseline: Baseline) -> &'static str {
+        match baseline {
+            Baseline::Same => "raw",
+            Baseline::Floor => "floor",
+        }
+    }
+}
+
 /// The key value of caller `c`'s `i`th call; repeated calls reuse one key per caller.
 fn key_value(run: u64, kind: Kind, c: usize, i: u64) -> (u64, u64, u64) {
     match kind {
@@ -170,9 +292,12 @@ fn rerun_sync(store: &PostgresStore, kind: Kind, callers: usize, dur: Duration) 
 
 /// The raw client, sync: each thread drives its own connection on its own current-thread
 /// runtime (what the blocking `postgres` crate does).
+#[allow(clippy::too_many_arguments)]
 fn raw_sync(
     url: &str,
     store: &PostgresStore,
+    table: &str,
+    baseline: Baseline,
     kind: Kind,
     callers: usize,
     dur: Duration,
@@ -189,11 +314,11 @@ fn raw_sync(
                     .enable_all()
                     .build()
                     .expect("rt");
-                let raw = rt.block_on(Raw::connect(url, store));
+                let raw = rt.block_on(Bare::connect(url, store, table, baseline));
                 ready.wait();
                 let mut i = 0;
                 while !w.stop.load(Ordering::Relaxed) {
-                    rt.block_on(raw.call(&key("raw", run, kind, c, i)));
+                    rt.block_on(raw.call(kind, &key(Bare::scope(baseline), run, kind, c, i)));
                     i += 1;
                     w.ops.fetch_add(1, Ordering::Relaxed);
                 }
@@ -245,10 +370,13 @@ fn rerun_async(
 }
 
 /// The raw client, async: one connection per task, driven on the same runtime.
+#[allow(clippy::too_many_arguments)]
 fn raw_async(
     rt: &tokio::runtime::Runtime,
     url: &str,
     store: &PostgresStore,
+    table: &str,
+    baseline: Baseline,
     kind: Kind,
     callers: usize,
     dur: Duration,
@@ -258,7 +386,7 @@ fn raw_async(
     rt.block_on(async {
         let mut raws = Vec::new();
         for _ in 0..callers {
-            raws.push(Raw::connect(url, store).await);
+            raws.push(Bare::connect(url, store, table, baseline).await);
         }
         let started = Instant::now();
         let tasks: Vec<_> = raws
@@ -269,7 +397,8 @@ fn raw_async(
                 tokio::spawn(async move {
                     let mut i = 0;
                     while !w.stop.load(Ordering::Relaxed) {
-                        raw.call(&key("raw", run, kind, c, i)).await;
+                        raw.call(kind, &key(Bare::scope(baseline), run, kind, c, i))
+                            .await;
                         i += 1;
                         w.ops.fetch_add(1, Ordering::Relaxed);
                     }
@@ -308,37 +437,31 @@ impl Side {
     }
 }
 
-/// Runs both sides in `rounds` interleaved windows and returns (rerun, raw).
-fn cell(
-    rounds: u32,
-    mut rerun: impl FnMut() -> (u64, Duration),
-    mut raw: impl FnMut() -> (u64, Duration),
-) -> (Side, Side) {
-    let zero = || Side {
-        ops: 0,
-        took: Duration::ZERO,
-        cpu: Duration::ZERO,
-    };
-    let (mut a, mut b) = (zero(), zero());
-    let run = |side: &mut Side, f: &mut dyn FnMut() -> (u64, Duration)| {
-        let cpu = process_cpu();
-        let (ops, took) = f();
-        side.cpu += process_cpu().saturating_sub(cpu);
-        side.ops += ops;
-        side.took += took;
-    };
-    // Alternate which side goes first, so neither always inherits the other's aftermath
-    // (closing connections, a checkpoint starting, a neighbour's build).
-    for round in 0..rounds {
-        if round % 2 == 0 {
-            run(&mut b, &mut raw);
-            run(&mut a, &mut rerun);
-        } else {
-            run(&mut a, &mut rerun);
-            run(&mut b, &mut raw);
+/// Runs every side in `rounds` interleaved windows, rotating which side goes first so that
+/// none always inherits another's aftermath (closing connections, a checkpoint starting, a
+/// neighbour's build), and returns the sides in the order given.
+fn cell(rounds: u32, sides: &mut [&mut dyn FnMut() -> (u64, Duration)]) -> Vec<Side> {
+    let mut out: Vec<Side> = sides
+        .iter()
+        .map(|_| Side {
+            ops: 0,
+            took: Duration::ZERO,
+            cpu: Duration::ZERO,
+        })
+        .collect();
+    let n = sides.len();
+    for round in 0..rounds as usize {
+        for step in 0..n {
+            let at = (round + step) % n;
+            let cpu = process_cpu();
+            let (ops, took) = sides[at]();
+            let side = &mut out[at];
+            side.cpu += process_cpu().saturating_sub(cpu);
+            side.ops += ops;
+            side.took += took;
         }
     }
-    (a, b)
+    out
 }
 
 /// Transactions the server has counted (`pg_stat_database`), read on a new connection.
@@ -430,7 +553,24 @@ fn main() {
 
     // Warm up: connections, prepared statements, the repeated keys of every caller.
     let _ = rerun_sync(&store, Kind::Repeated, 16, Duration::from_millis(300));
-    let _ = raw_sync(&url, &store, Kind::Repeated, 16, Duration::from_millis(300));
+    let _ = raw_sync(
+        &url,
+        &store,
+        &table,
+        Baseline::Same,
+        Kind::Repeated,
+        16,
+        Duration::from_millis(300),
+    );
+    let _ = raw_sync(
+        &url,
+        &store,
+        &table,
+        Baseline::Floor,
+        Kind::Repeated,
+        16,
+        Duration::from_millis(300),
+    );
     let _ = rerun_async(&rt, &store, Kind::Repeated, 16, Duration::from_millis(300));
 
     // `RERUN_BENCH_CELLS=sync-repeated-1,async-fresh-16` runs only those cells.
@@ -439,23 +579,18 @@ fn main() {
     let per_fresh = statements_per_call(&url, &table, true);
     let per_repeat = statements_per_call(&url, &table, false);
 
-    println!("PostgreSQL: rerun PostgresStore vs the raw tokio-postgres client, same statements ({window_ms} ms per side per cell)");
+    println!("PostgreSQL: rerun PostgresStore vs the raw tokio-postgres client ({window_ms} ms per side per cell)");
+    println!("  same:  the raw client running rerun's own prepared statements (client overhead)");
+    println!("  floor: the simplest client doing the same round trips (INSERT .. ON CONFLICT DO NOTHING + UPDATE; SELECT by primary key)");
     println!("statements (= round trips) per call, counted by the server: fresh {per_fresh:.2}, repeated {per_repeat:.2}");
     println!();
     println!(
-        "{:<7} {:<9} {:>7} {:>12} {:>12} {:>7} {:>16} {:>14}",
-        "api",
-        "call",
-        "callers",
-        "rerun/s",
-        "raw/s",
-        "ratio",
-        "rerun cpu us/call",
-        "raw cpu us/call"
+        "| api | call | callers | rerun/s | same/s | vs same | floor/s | vs floor | rerun us | floor us | rerun cpu us | floor cpu us |"
     );
+    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for api in ["sync", "async"] {
         for kind in [Kind::Fresh, Kind::Repeated] {
-            for callers in [1usize, 16] {
+            for callers in [1usize, 8, 16] {
                 let name = format!("{api}-{}-{callers}", format!("{kind:?}").to_lowercase());
                 if only
                     .as_ref()
@@ -463,47 +598,104 @@ fn main() {
                 {
                     continue;
                 }
-                let (a, b) = match api {
+                let sides = match api {
                     "sync" => cell(
                         rounds,
-                        || rerun_sync(&store, kind, callers, per_round),
-                        || raw_sync(&url, &store, kind, callers, per_round),
+                        &mut [
+                            &mut || rerun_sync(&store, kind, callers, per_round),
+                            &mut || {
+                                raw_sync(
+                                    &url,
+                                    &store,
+                                    &table,
+                                    Baseline::Same,
+                                    kind,
+                                    callers,
+                                    per_round,
+                                )
+                            },
+                            &mut || {
+                                raw_sync(
+                                    &url,
+                                    &store,
+                                    &table,
+                                    Baseline::Floor,
+                                    kind,
+                                    callers,
+                                    per_round,
+                                )
+                            },
+                        ],
                     ),
                     _ => cell(
                         rounds,
-                        || rerun_async(&rt, &store, kind, callers, per_round),
-                        || raw_async(&rt, &url, &store, kind, callers, per_round),
+                        &mut [
+                            &mut || rerun_async(&rt, &store, kind, callers, per_round),
+                            &mut || {
+                                raw_async(
+                                    &rt,
+                                    &url,
+                                    &store,
+                                    &table,
+                                    Baseline::Same,
+                                    kind,
+                                    callers,
+                                    per_round,
+                                )
+                            },
+                            &mut || {
+                                raw_async(
+                                    &rt,
+                                    &url,
+                                    &store,
+                                    &table,
+                                    Baseline::Floor,
+                                    kind,
+                                    callers,
+                                    per_round,
+                                )
+                            },
+                        ],
                     ),
                 };
+                let [a, b, f] = &sides[..] else { continue };
                 println!(
-                    "{:<7} {:<9} {:>7} {:>12.0} {:>12.0} {:>6.2}x {:>16.1} {:>14.1}",
+                    "| {} | {} | {} | {:.0} | {:.0} | {:.2}x | {:.0} | {:.2}x | {:.1} | {:.1} | {:.1} | {:.1} |",
                     api,
                     format!("{kind:?}").to_lowercase(),
                     callers,
                     a.rate(),
                     b.rate(),
                     a.rate() / b.rate(),
+                    f.rate(),
+                    a.rate() / f.rate(),
+                    1e6 / a.rate() * callers as f64,
+                    1e6 / f.rate() * callers as f64,
                     a.cpu_us(),
-                    b.cpu_us()
+                    f.cpu_us()
                 );
             }
         }
     }
     println!();
-    println!("scaling, sync: 8 callers against 1 (interleaved windows), rerun and the raw client");
+    println!(
+        "scaling, sync: 8 callers against 1 (interleaved windows), rerun and the floor client"
+    );
     for kind in [Kind::Fresh, Kind::Repeated] {
-        let (eight, one) = cell(
+        let sides = cell(
             rounds,
-            || rerun_sync(&store, kind, 8, per_round),
-            || rerun_sync(&store, kind, 1, per_round),
+            &mut [
+                &mut || rerun_sync(&store, kind, 8, per_round),
+                &mut || rerun_sync(&store, kind, 1, per_round),
+                &mut || raw_sync(&url, &store, &table, Baseline::Floor, kind, 8, per_round),
+                &mut || raw_sync(&url, &store, &table, Baseline::Floor, kind, 1, per_round),
+            ],
         );
-        let (raw_eight, raw_one) = cell(
-            rounds,
-            || raw_sync(&url, &store, kind, 8, per_round),
-            || raw_sync(&url, &store, kind, 1, per_round),
-        );
+        let [eight, one, raw_eight, raw_one] = &sides[..] else {
+            continue;
+        };
         println!(
-            "{:<9} rerun: 1 caller {:>6.0}/s, 8 callers {:>6.0}/s, {:>5.2}x   raw: 1 caller {:>6.0}/s, 8 callers {:>6.0}/s, {:>5.2}x",
+            "{:<9} rerun: 1 caller {:>6.0}/s, 8 callers {:>6.0}/s, {:>5.2}x   floor: 1 caller {:>6.0}/s, 8 callers {:>6.0}/s, {:>5.2}x",
             format!("{kind:?}").to_lowercase(),
             one.rate(),
             eight.rate(),
@@ -519,7 +711,7 @@ fn main() {
         tokio::spawn(connection);
         client
             .batch_execute(&format!(
-                "DROP TABLE IF EXISTS \"{table}\"; DROP TABLE IF EXISTS \"{table}_meta\"; DROP SEQUENCE IF EXISTS \"{table}_fence\";"
+                "DROP TABLE IF EXISTS \"{table}\"; DROP TABLE IF EXISTS \"{table}_meta\"; DROP SEQUENCE IF EXISTS \"{table}_fence\"; DROP TABLE IF EXISTS \"{table}_floor\";"
             ))
             .await
             .ok()

@@ -1,8 +1,11 @@
-//! Prints, from one run, rerun's throughput on `RedisStore` against the raw `redis` client
-//! running the same Lua scripts with the same arguments: fresh calls (claim + complete, two
-//! round trips) and repeated calls (one claim-or-fetch round trip), with 1 and 16 concurrent
+//! Prints, from one run, rerun's throughput on `RedisStore` against two baselines on the raw
+//! `redis` client: the same Lua scripts with the same arguments (what rerun's own client code
+//! costs), and the simplest client doing the same round trips (the floor of the protocol:
+//! `SET NX PX` + `SET PX` for a fresh call, `GET` for a repeated one). Fresh calls (claim +
+//! complete, two round trips) and repeated calls (one round trip), with 1 and 16 concurrent
 //! callers, sync (threads, one connection each) and async (tasks on one multiplexed
-//! connection, on a 2-worker tokio runtime). Also counts `EVALSHA`s per call on the server.
+//! connection, on a 2-worker tokio runtime). Also counts `EVALSHA`s per call and the server's
+//! own microseconds per script (`INFO commandstats`).
 //!
 //! `RERUN_BENCH_REDIS_URL=redis://127.0.0.1:6379 cargo bench -p rerun-core --features redis --bench redis_ratios`
 //!
@@ -115,6 +118,86 @@ impl Raw {
     }
 }
 
+/// The simplest client doing the same round trips as rerun, with none of its guarantees: no
+/// lease judged on the server's clock, no fence, no payload check. A fresh call is
+/// `SET NX PX` then `SET PX`; a repeated call is a `GET`.
+struct Floor {
+    prefix: String,
+    claim: Vec<u8>,
+    result: Vec<u8>,
+}
+
+impl Floor {
+    fn new(prefix: &str, result: &[u8]) -> Floor {
+        Floor {
+            prefix: prefix.to_owned(),
+            claim: b"p".to_vec(),
+            result: result.to_vec(),
+        }
+    }
+    fn key(&self, i: u64) -> String {
+        format!("{}{{bench:{i}}}", self.prefix)
+    }
+    fn claim_cmd(&self, i: u64) -> redis::Cmd {
+        let mut c = redis::cmd("SET");
+        c.arg(self.key(i))
+            .arg(&self.claim[..])
+            .arg("NX")
+            .arg("PX")
+            .arg(30_000u64);
+        c
+    }
+    fn complete_cmd(&self, i: u64) -> redis::Cmd {
+        let mut c = redis::cmd("SET");
+        c.arg(self.key(i))
+            .arg(&self.result[..])
+            .arg("PX")
+            .arg(3_600_000u64);
+        c
+    }
+    fn get_cmd(&self, i: u64) -> redis::Cmd {
+        let mut c = redis::cmd("GET");
+        c.arg(self.key(i));
+        c
+    }
+    fn sync(&self, conn: &mut redis::Connection, i: u64, repeated: bool) {
+        if repeated {
+            let got: Option<Vec<u8>> = self.get_cmd(i).query(conn).unwrap_or(None);
+            if got.is_some() {
+                return;
+            }
+        }
+        let claimed: Option<String> = self.claim_cmd(i).query(conn).unwrap_or(None);
+        if claimed.is_some() {
+            let _: redis::Value = self
+                .complete_cmd(i)
+                .query(conn)
+                .unwrap_or(redis::Value::Nil);
+        }
+    }
+    async fn run_async(
+        &self,
+        conn: &mut redis::aio::MultiplexedConnection,
+        i: u64,
+        repeated: bool,
+    ) {
+        if repeated {
+            let got: Option<Vec<u8>> = self.get_cmd(i).query_async(conn).await.unwrap_or(None);
+            if got.is_some() {
+                return;
+            }
+        }
+        let claimed: Option<String> = self.claim_cmd(i).query_async(conn).await.unwrap_or(None);
+        if claimed.is_some() {
+            let _: redis::Value = self
+                .complete_cmd(i)
+                .query_async(conn)
+                .await
+                .unwrap_or(redis::Value::Nil);
+        }
+    }
+}
+
 fn rerun_call(i: u64) -> Call {
     Call::new("bench", &i)
         .payload(&1u64)
@@ -183,29 +266,30 @@ where
     calls.load(Ordering::Relaxed) as f64 / start.elapsed().as_secs_f64()
 }
 
-/// Measures both sides in short interleaved rounds (so that load from elsewhere on the
-/// machine hits both alike), and returns the median rate of each side and the median of the
-/// per-round ratios.
-fn pair(
-    rounds: u32,
-    mut ours: impl FnMut() -> f64,
-    mut raw: impl FnMut() -> f64,
-) -> (f64, f64, f64) {
-    let (mut a, mut b, mut r) = (Vec::new(), Vec::new(), Vec::new());
-    for round in 0..rounds {
-        // Alternate which side goes first.
-        let (x, y) = if round % 2 == 0 {
-            let x = ours();
-            (x, raw())
-        } else {
-            let y = raw();
-            (ours(), y)
-        };
-        a.push(x);
-        b.push(y);
-        r.push(x / y);
+/// Measures every side in short interleaved rounds (so that load from elsewhere on the
+/// machine hits all alike, rotating which goes first), and returns per side its median rate
+/// and the median of the per-round ratios of the first side to it.
+fn sides(rounds: u32, sides: &mut [&mut dyn FnMut() -> f64]) -> Vec<(f64, f64)> {
+    let n = sides.len();
+    let mut rates = vec![Vec::new(); n];
+    for round in 0..rounds as usize {
+        let mut this = vec![0.0; n];
+        for step in 0..n {
+            let at = (round + step) % n;
+            this[at] = sides[at]();
+        }
+        for (at, r) in this.into_iter().enumerate() {
+            rates[at].push(r);
+        }
     }
-    (median(a), median(b), median(r))
+    let ours = rates[0].clone();
+    rates
+        .into_iter()
+        .map(|side| {
+            let ratios = ours.iter().zip(&side).map(|(a, b)| a / b).collect();
+            (median(side), median(ratios))
+        })
+        .collect()
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -213,27 +297,34 @@ fn median(mut v: Vec<f64>) -> f64 {
     v.get(v.len() / 2).copied().unwrap_or(0.0)
 }
 
-fn row(name: &str, (ours, raw, ratio): (f64, f64, f64)) {
+fn row(name: &str, cell: &[(f64, f64)]) {
+    let [(ours, _), (same, vs_same), (floor, vs_floor)] = cell else {
+        return;
+    };
     println!(
-        "| {name:<30} | {:>10.0} | {:>10.0} | {:>6.2}x | {:>8.1} us | {:>8.1} us |",
-        ours,
-        raw,
-        ratio,
+        "| {name:<26} | {ours:>9.0} | {same:>9.0} | {vs_same:>5.2}x | {floor:>9.0} | {vs_floor:>5.2}x | {:>7.1} | {:>7.1} |",
         1e6 / ours,
-        1e6 / raw
+        1e6 / floor
     );
 }
 
-fn evalsha_calls(conn: &mut redis::Connection) -> u64 {
+/// Calls and microseconds on the server of `command` (`INFO commandstats`).
+fn command_stats(conn: &mut redis::Connection, command: &str) -> (u64, f64) {
     let info: String = redis::cmd("INFO")
         .arg("commandstats")
         .query(conn)
         .unwrap_or_default();
-    info.lines()
-        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
-        .and_then(|rest| rest.split(',').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0)
+    let prefix = format!("cmdstat_{command}:");
+    let Some(line) = info.lines().find_map(|l| l.strip_prefix(prefix.as_str())) else {
+        return (0, 0.0);
+    };
+    let field = |name: &str| {
+        line.split(',')
+            .find_map(|kv| kv.strip_prefix(name))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    (field("calls=") as u64, field("usec="))
 }
 
 fn main() {
@@ -282,60 +373,100 @@ fn main() {
         raw.sync(&mut c, key);
     }
 
-    // Round trips, counted by the server.
-    let before = evalsha_calls(&mut admin);
+    let floor_prefix = format!("rerun-bench-{run}:floor:");
+    let floor = Floor::new(&floor_prefix, &raw.result);
+    for k in 0..64u64 {
+        let key = (1u64 << 62) + k;
+        let mut c = conns[0].lock().unwrap_or_else(|p| p.into_inner());
+        floor.sync(&mut c, key, false);
+    }
+
+    // Round trips and the server's time per script, counted by the server.
+    let (calls0, usec0) = command_stats(&mut admin, "evalsha");
     for i in 0..200 {
         let key = (1u64 << 61) + i;
         let _ = rerun_call(key).run(&store, || receipt(key));
     }
-    let fresh_rt = (evalsha_calls(&mut admin) - before) as f64 / 200.0;
-    let before = evalsha_calls(&mut admin);
+    let (calls1, usec1) = command_stats(&mut admin, "evalsha");
     for i in 0..200 {
         let key = repeated(0, i);
         let _ = rerun_call(key).run(&store, || receipt(key));
     }
-    let repeat_rt = (evalsha_calls(&mut admin) - before) as f64 / 200.0;
+    let (calls2, usec2) = command_stats(&mut admin, "evalsha");
+    let (fresh_rt, repeat_rt) = (
+        (calls1 - calls0) as f64 / 200.0,
+        (calls2 - calls1) as f64 / 200.0,
+    );
+    let per = |usec: f64, calls: u64| usec / calls.max(1) as f64;
+    println!(
+        "Redis: rerun RedisStore vs the raw redis client ({} ms per side per cell)",
+        (window * rounds).as_millis()
+    );
+    println!("  same:  the raw client running rerun's own scripts (client overhead)");
+    println!("  floor: the simplest client doing the same round trips (SET NX PX + SET PX; GET)");
     println!("round trips per call, counted by the server (EVALSHA): fresh {fresh_rt:.2}, repeated {repeat_rt:.2}");
+    println!(
+        "server time per script: fresh calls {:.1} us, repeated calls {:.1} us",
+        per(usec1 - usec0, calls1 - calls0),
+        per(usec2 - usec1, calls2 - calls1)
+    );
     println!();
-    println!("| case | rerun calls/s | raw calls/s | ratio | rerun per call | raw per call |");
-    println!("|---|---:|---:|---:|---:|---:|");
+    println!("| case | rerun/s | same/s | vs same | floor/s | vs floor | rerun us | floor us |");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
 
     for threads in [1usize, 16] {
         bump(&next);
-        let cell = pair(
+        let cell = sides(
             rounds,
-            || {
-                bump(&next);
-                rate(threads, window, &|t, i| {
-                    let key = fresh_key(t, i);
-                    let _ = rerun_call(key).run(&store, || receipt(key));
-                })
-            },
-            || {
-                bump(&next);
-                rate(threads, window, &|t, i| {
-                    let mut c = conns[t].lock().unwrap_or_else(|p| p.into_inner());
-                    raw.sync(&mut c, fresh_key(t, i));
-                })
-            },
+            &mut [
+                &mut || {
+                    bump(&next);
+                    rate(threads, window, &|t, i| {
+                        let key = fresh_key(t, i);
+                        let _ = rerun_call(key).run(&store, || receipt(key));
+                    })
+                },
+                &mut || {
+                    bump(&next);
+                    rate(threads, window, &|t, i| {
+                        let mut c = conns[t].lock().unwrap_or_else(|p| p.into_inner());
+                        raw.sync(&mut c, fresh_key(t, i));
+                    })
+                },
+                &mut || {
+                    bump(&next);
+                    rate(threads, window, &|t, i| {
+                        let mut c = conns[t].lock().unwrap_or_else(|p| p.into_inner());
+                        floor.sync(&mut c, fresh_key(t, i), false);
+                    })
+                },
+            ],
         );
-        row(&format!("sync fresh, {threads} caller(s)"), cell);
-        let cell = pair(
+        row(&format!("sync fresh, {threads} caller(s)"), &cell);
+        let cell = sides(
             rounds,
-            || {
-                rate(threads, window, &|t, i| {
-                    let key = repeated(t, i);
-                    let _ = rerun_call(key).run(&store, || receipt(key));
-                })
-            },
-            || {
-                rate(threads, window, &|t, i| {
-                    let mut c = conns[t].lock().unwrap_or_else(|p| p.into_inner());
-                    raw.sync(&mut c, repeated(t, i));
-                })
-            },
+            &mut [
+                &mut || {
+                    rate(threads, window, &|t, i| {
+                        let key = repeated(t, i);
+                        let _ = rerun_call(key).run(&store, || receipt(key));
+                    })
+                },
+                &mut || {
+                    rate(threads, window, &|t, i| {
+                        let mut c = conns[t].lock().unwrap_or_else(|p| p.into_inner());
+                        raw.sync(&mut c, repeated(t, i));
+                    })
+                },
+                &mut || {
+                    rate(threads, window, &|t, i| {
+                        let mut c = conns[t].lock().unwrap_or_else(|p| p.into_inner());
+                        floor.sync(&mut c, repeated(t, i), true);
+                    })
+                },
+            ],
         );
-        row(&format!("sync repeated, {threads} caller(s)"), cell);
+        row(&format!("sync repeated, {threads} caller(s)"), &cell);
     }
 
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -348,6 +479,7 @@ fn main() {
         .expect("a multiplexed connection");
     let store = Arc::new(store);
     let raw = Arc::new(raw);
+    let floor = Arc::new(floor);
     let base = Arc::new(AtomicU64::new(1 << 58));
     for tasks in [1usize, 16] {
         for repeated_calls in [false, true] {
@@ -358,37 +490,51 @@ fn main() {
                     base + ((t as u64) << 40) + i
                 }
             };
-            let cell = pair(
+            let cell = sides(
                 rounds,
-                || {
-                    let b = base.fetch_add(1 << 48, Ordering::Relaxed);
-                    let store = store.clone();
-                    rate_async(&rt, tasks, window, move |t, i| {
+                &mut [
+                    &mut || {
+                        let b = base.fetch_add(1 << 48, Ordering::Relaxed);
                         let store = store.clone();
-                        async move {
-                            let key = key_of(b, t, i);
-                            let _ = rerun_call(key)
-                                .run_async(&*store, async move { receipt(key) })
-                                .await;
-                        }
-                    })
-                },
-                || {
-                    let b = base.fetch_add(1 << 48, Ordering::Relaxed);
-                    let (raw, mux) = (raw.clone(), mux.clone());
-                    rate_async(&rt, tasks, window, move |t, i| {
-                        let (raw, mut mux) = (raw.clone(), mux.clone());
-                        async move { raw.run_async(&mut mux, key_of(b, t, i)).await }
-                    })
-                },
+                        rate_async(&rt, tasks, window, move |t, i| {
+                            let store = store.clone();
+                            async move {
+                                let key = key_of(b, t, i);
+                                let _ = rerun_call(key)
+                                    .run_async(&*store, async move { receipt(key) })
+                                    .await;
+                            }
+                        })
+                    },
+                    &mut || {
+                        let b = base.fetch_add(1 << 48, Ordering::Relaxed);
+                        let (raw, mux) = (raw.clone(), mux.clone());
+                        rate_async(&rt, tasks, window, move |t, i| {
+                            let (raw, mut mux) = (raw.clone(), mux.clone());
+                            async move { raw.run_async(&mut mux, key_of(b, t, i)).await }
+                        })
+                    },
+                    &mut || {
+                        let b = base.fetch_add(1 << 48, Ordering::Relaxed);
+                        let (floor, mux) = (floor.clone(), mux.clone());
+                        rate_async(&rt, tasks, window, move |t, i| {
+                            let (floor, mut mux) = (floor.clone(), mux.clone());
+                            async move {
+                                floor
+                                    .run_async(&mut mux, key_of(b, t, i), repeated_calls)
+                                    .await
+                            }
+                        })
+                    },
+                ],
             );
             let what = if repeated_calls { "repeated" } else { "fresh" };
-            row(&format!("async {what}, {tasks} task(s)"), cell);
+            row(&format!("async {what}, {tasks} task(s)"), &cell);
         }
     }
 
     // Leave nothing behind.
-    for prefix in [&store_prefix, &raw_prefix] {
+    for prefix in [&store_prefix, &raw_prefix, &floor_prefix] {
         let mut cursor = 0u64;
         loop {
             let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")

@@ -284,11 +284,15 @@ impl Proxy {
 }
 
 fn behind(proxy: &Proxy, name: &str) -> RedisStore {
-    RedisStore::connect_with(
+    let store = RedisStore::connect_with(
         &format!("redis://127.0.0.1:{}", proxy.port),
-        rerun_core::store::redis::RedisOptions::new().prefix(format!("{name}:")),
+        rerun_core::store::redis::RedisOptions::new()
+            .prefix(format!("{name}:"))
+            // The reply to swallow is a call's, never the after-connect sweep's.
+            .upgrade_sweep(false),
     )
-    .unwrap()
+    .unwrap();
+    store
 }
 
 #[test]

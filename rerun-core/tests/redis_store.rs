@@ -693,3 +693,53 @@ fn records_of_rerun_0_1_are_upgraded_in_place() {
     assert!(!taken.replayed && taken.fence > 7);
     cleanup(&url, &name);
 }
+
+/// A new store sweeps its prefix for records of rerun 0.1 in the background, on a connection of
+/// its own, so they are upgraded without a call of every key; with the sweep turned off they are
+/// left for the first call that meets them.
+#[test]
+fn a_new_store_sweeps_records_of_rerun_0_1() {
+    let Some(url) = url() else { return };
+    let name = unique("sweep");
+    let planted = store(&url, &name);
+    let mut conn = raw(&url);
+    let keys: Vec<String> = (0..3)
+        .map(|i| planted.record_key(&Key::new("s", &format!("k{i}"))))
+        .collect();
+    for k in &keys {
+        let _: () = redis::cmd("HSET")
+            .arg(k)
+            .arg("v")
+            .arg(1)
+            .arg("st")
+            .arg("released")
+            .arg("fe")
+            .arg(5)
+            .query(&mut conn)
+            .unwrap();
+    }
+    let kinds = |conn: &mut redis::Connection| -> Vec<String> {
+        keys.iter()
+            .map(|k| redis::cmd("TYPE").arg(k).query(conn).unwrap())
+            .collect()
+    };
+    // Off: nothing is touched.
+    let _off = RedisStore::connect_with(
+        &url,
+        RedisOptions::new()
+            .prefix(format!("{name}:"))
+            .upgrade_sweep(false),
+    )
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(kinds(&mut conn), vec!["hash"; 3]);
+    // On (the default): upgraded in the background.
+    let _on =
+        RedisStore::connect_with(&url, RedisOptions::new().prefix(format!("{name}:"))).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while kinds(&mut conn) != vec!["string"; 3] && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(kinds(&mut conn), vec!["string"; 3]);
+    cleanup(&url, &name);
+}

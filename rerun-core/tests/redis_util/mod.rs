@@ -22,7 +22,9 @@ pub fn store(url: &str, name: &str) -> RedisStore {
         url,
         RedisOptions::new()
             .prefix(format!("{name}:"))
-            .client_name(name),
+            .client_name(name)
+            // Every connection the tests kill or cut is a call's, never the sweep's.
+            .upgrade_sweep(false),
     )
     .expect("connecting to the test Redis")
 }

@@ -129,6 +129,7 @@ pub struct RedisOptions {
     response_timeout: Duration,
     max_value_bytes: usize,
     once_durability: OnceDurability,
+    upgrade_sweep: bool,
 }
 
 impl RedisOptions {
@@ -142,7 +143,17 @@ impl RedisOptions {
             response_timeout: Duration::from_secs(5),
             max_value_bytes: DEFAULT_MAX_VALUE_BYTES,
             once_durability: OnceDurability::default(),
+            upgrade_sweep: true,
         }
+    }
+    /// Whether a new store sweeps its prefix once, in the background, for records written by
+    /// rerun 0.1 and upgrades them (default `true`). The sweep is a `SCAN` of the database on a
+    /// connection of its own. Turn it off when many processes start at once against a large
+    /// database: records of 0.1 are still upgraded by the first call that meets them, so
+    /// correctness never depends on the sweep.
+    pub fn upgrade_sweep(mut self, on: bool) -> Self {
+        self.upgrade_sweep = on;
+        self
     }
     /// The prefix of every key rerun writes, to keep several applications (or tests) apart in
     /// one database. It may not contain `{` or `}` (they would break the hash tag).
@@ -272,6 +283,7 @@ impl RedisStore {
         let redacted = redact(url);
         let (driver_url, url_prefix) = split_prefix(url)?;
         let prefix = url_prefix.unwrap_or(options.prefix);
+        let options_upgrade_sweep = options.upgrade_sweep;
         if prefix.contains(['{', '}']) {
             return Err(Error::config(format!(
                 "the Redis key prefix {prefix:?} contains a brace, which would break the hash tag that keeps a record on one Cluster slot; choose a prefix without `{{` or `}}`"
@@ -358,7 +370,9 @@ impl RedisStore {
             }
         }
         store.put_back(0, pooled);
-        store.start_upgrade_sweep();
+        if options_upgrade_sweep {
+            store.start_upgrade_sweep();
+        }
         Ok(store)
     }
 

@@ -53,16 +53,22 @@ end
 -- A record of rerun 0.1 (a hash) as a record of this layout, written in its place with the
 -- time it had left; nil if the key holds anything else.
 local STATES = {in_progress = 'p', completed = 'c', released = 'r', unknown = 'u', forgotten = 'f'}
+-- The largest number a field of 16 digits holds that a Lua number keeps exactly (2^53 - 1
+-- microseconds: the year 2255).
+local WIDEST = 9007199254740991
 local function upgrade(rec)
   if redis.call('TYPE', rec)['ok'] ~= 'hash' then return nil end
   local h = redis.call('HMGET', rec, 'v', 'st', 'fe', 'fp', 'ho', 'on', 'lu', 'ex', 're')
   local st = STATES[h[2] or '']
   local fe = tonumber(h[3])
-  if not st or not fe or tonumber(h[1] or '') ~= 1 then return nil end
+  if not st or not fe or fe < 0 or fe > WIDEST or tonumber(h[1] or '') ~= 1 then return nil end
   local fp = h[4] or string.rep('\0', 32)
   if string.len(fp) ~= 32 then return nil end
-  local raw = build(st, h[6] == '1' and '1' or '0', fe, tonumber(h[7]) or 0,
-    tonumber(h[8]) or 0, 0, fp, h[5] or '', h[9] or '')
+  -- A lease end or an expiry beyond the field's width means "never" in practice: kept as the
+  -- widest value, never written across the next field.
+  local lu = math.max(0, math.min(tonumber(h[7]) or 0, WIDEST))
+  local ex = math.max(0, math.min(tonumber(h[8]) or 0, WIDEST))
+  local raw = build(st, h[6] == '1' and '1' or '0', fe, lu, ex, 0, fp, h[5] or '', h[9] or '')
   local ttl = redis.call('PTTL', rec)
   redis.call('DEL', rec)
   if ttl > 0 then

@@ -29,36 +29,41 @@ impl RedisStore {
     }
 
     /// Upgrades every layout-1 record under the prefix; returns how many.
+    ///
+    /// The sweep runs on a connection of its own, closed when it ends: it never puts a
+    /// connection into the pool the calls share, so what the calls' connections go through (a
+    /// kill, a cut) is not hidden behind a connection the sweep opened later.
     fn upgrade_sweep(&self) -> Result<u64, crate::Error> {
         let pattern = scan_pattern_within(&self.inner.prefix, None);
         let limit = self.inner.response_timeout;
+        let mut own = self.open_sync(None, limit)?;
+        let conn = own.connection();
+        let failed = |what: &str, e: redis::RedisError| self.driver_err(None, what, e);
         let mut cursor = 0u64;
         let mut upgraded = 0;
         loop {
-            let (next, hashes): (u64, Vec<String>) =
-                self.sync_call(None, "finding records of rerun 0.1", limit, |conn| {
-                    redis::cmd("SCAN")
-                        .arg(cursor)
-                        .arg("MATCH")
-                        .arg(&pattern)
-                        .arg("COUNT")
-                        .arg(STEP)
-                        .arg("TYPE")
-                        .arg("hash")
-                        .query(conn)
-                })?;
+            let (next, hashes): (u64, Vec<String>) = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(&pattern)
+                .arg("COUNT")
+                .arg(STEP)
+                .arg("TYPE")
+                .arg("hash")
+                .query(conn)
+                .map_err(|e| failed("finding records of rerun 0.1", e))?;
             if !hashes.is_empty() {
                 // The inspect script upgrades what it reads.
-                let _: Vec<Value> = self.sync_call(None, "upgrading records", limit, |conn| {
-                    let mut pipe = redis::pipe();
-                    for name in &hashes {
-                        pipe.cmd("EVALSHA")
-                            .arg(self.inner.scripts.inspect.get_hash())
-                            .arg(1)
-                            .arg(name);
-                    }
-                    pipe.query(conn)
-                })?;
+                let mut pipe = redis::pipe();
+                for name in &hashes {
+                    pipe.cmd("EVALSHA")
+                        .arg(self.inner.scripts.inspect.get_hash())
+                        .arg(1)
+                        .arg(name);
+                }
+                let _: Vec<Value> = pipe
+                    .query(conn)
+                    .map_err(|e| failed("upgrading records", e))?;
                 upgraded += hashes.len() as u64;
             }
             cursor = next;
