@@ -8,12 +8,14 @@
 //! cargo run -p rerun-examples --bin worker       # a job worker that dies halfway and converges
 //! cargo run -p rerun-examples --bin startup      # a one-time migration, two instances at once
 //! cargo run -p rerun-examples --bin metrics      # rerun's metrics exposed for Prometheus
+//! cargo run -p rerun-examples --bin http         # a payments API behind the Idempotency-Key layer
 //! ```
 //!
 //! Every program works in a fresh temporary directory, so each run prints the same story.
 
 use std::fmt;
 
+pub mod http;
 pub mod metrics;
 pub mod payment;
 pub mod quickstart;

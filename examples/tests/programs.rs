@@ -69,3 +69,14 @@ fn startup() {
     let out = deterministic(env!("CARGO_BIN_EXE_startup"));
     assert!(out.contains("the migration ran 1 time(s) in all"), "{out}");
 }
+
+#[test]
+fn http() {
+    let out = deterministic(env!("CARGO_BIN_EXE_http"));
+    assert!(out.contains("charges the bank made: 2"), "{out}");
+    assert!(out.contains("(Idempotent-Replayed: true)"), "{out}");
+    assert!(
+        out.contains("-> 409") && out.contains("-> 422") && out.contains("-> 400"),
+        "{out}"
+    );
+}

@@ -23,9 +23,11 @@
 //! With the `macros` feature (default), `#[idempotent(key = …)]` writes that call for you.
 //!
 //! ## Features
-//! `macros` (default), `sqlite` (default, the embedded store), `postgres`, `redis`, `tokio`,
-//! `testing` (the conformance suite and the safe-to-rerun harness), `uuid` (uuid keys),
-//! `metrics` (counters and histograms through the `metrics` facade). docs.rs builds every
+//! `macros` (default), `sqlite` (default, the embedded store), `postgres`, `redis`, `tokio`
+//! (`Call::run_detached`: a call that a dropped future cannot cut short), `testing` (the
+//! conformance suite and the safe-to-rerun harness), `uuid` (uuid keys), `metrics` (counters
+//! and histograms through the `metrics` facade), `http` (rerun's errors as RFC 9457 problem
+//! responses: `Error::problem`), `axum` (`IntoResponse` for `Error`). docs.rs builds every
 //! feature; locally, `cargo doc -p rerun-core --all-features --open` does the same.
 //!
 //! ## Guides
@@ -47,6 +49,9 @@ mod handler;
 pub mod holder;
 pub mod key;
 pub mod lock;
+#[cfg(feature = "http")]
+#[cfg_attr(docsrs, doc(cfg(feature = "http")))]
+pub mod problem;
 mod process;
 pub mod record;
 mod recover;

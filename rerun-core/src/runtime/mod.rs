@@ -4,6 +4,8 @@
 //! can be written by hand with [`Call`].
 
 mod call;
+#[cfg(feature = "tokio")]
+mod detached;
 pub(crate) mod keeper;
 pub mod observe;
 mod options;

@@ -1,0 +1,146 @@
+//! The recorded response: status, headers and body, as rerun's codec stores them.
+
+use bytes::Bytes;
+use http::header::{HeaderName, HeaderValue};
+use http::{HeaderMap, Response, StatusCode};
+use serde::de::{self, Deserializer, Visitor};
+use serde::ser::Serializer;
+use serde::{Deserialize, Serialize};
+
+use crate::body::ResponseBody;
+
+/// The header a replayed response carries, as the draft names it.
+pub const IDEMPOTENT_REPLAYED: HeaderName = HeaderName::from_static("idempotent-replayed");
+
+/// Headers about one connection, never recorded (RFC 9110 section 7.6.1).
+const HOP_BY_HOP: [&str; 8] = [
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "proxy-authenticate",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+];
+
+/// A response as recorded: what a replay returns, byte for byte.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Recorded {
+    status: u16,
+    /// Names and raw values, in the order the handler set them.
+    headers: Vec<(String, Raw)>,
+    body: Raw,
+}
+
+impl Recorded {
+    /// Takes the response's parts and its whole body.
+    pub(crate) fn new(parts: &http::response::Parts, body: Bytes) -> Recorded {
+        let headers = parts
+            .headers
+            .iter()
+            .filter(|(name, _)| !HOP_BY_HOP.contains(&name.as_str()))
+            .map(|(name, value)| {
+                (
+                    name.as_str().to_owned(),
+                    Raw(Bytes::copy_from_slice(value.as_bytes())),
+                )
+            })
+            .collect();
+        Recorded {
+            status: parts.status.as_u16(),
+            headers,
+            body: Raw(body),
+        }
+    }
+
+    /// The response again; `replayed` adds `Idempotent-Replayed: true`. A recorded header or
+    /// status that does not parse (a record written by hand) is skipped, or read as 500.
+    pub(crate) fn into_response<B>(self, replayed: bool) -> Response<ResponseBody<B>> {
+        let mut headers = HeaderMap::with_capacity(self.headers.len() + 1);
+        for (name, value) in self.headers {
+            if let (Ok(name), Ok(value)) = (
+                HeaderName::from_bytes(name.as_bytes()),
+                HeaderValue::from_maybe_shared(value.0),
+            ) {
+                headers.append(name, value);
+            }
+        }
+        if replayed {
+            headers.insert(IDEMPOTENT_REPLAYED, HeaderValue::from_static("true"));
+        }
+        let mut response = Response::new(ResponseBody::buffered(self.body.0));
+        *response.status_mut() =
+            StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        *response.headers_mut() = headers;
+        response
+    }
+}
+
+/// Bytes stored as bytes (`serialize_bytes`), not as a sequence of numbers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Raw(pub(crate) Bytes);
+
+impl Serialize for Raw {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_bytes(&self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for Raw {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Raw, D::Error> {
+        struct RawVisitor;
+        impl<'de> Visitor<'de> for RawVisitor {
+            type Value = Raw;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("bytes")
+            }
+            fn visit_bytes<E: de::Error>(self, v: &[u8]) -> Result<Raw, E> {
+                Ok(Raw(Bytes::copy_from_slice(v)))
+            }
+            fn visit_byte_buf<E: de::Error>(self, v: Vec<u8>) -> Result<Raw, E> {
+                Ok(Raw(Bytes::from(v)))
+            }
+            fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<Raw, A::Error> {
+                let mut out = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(1 << 20));
+                while let Some(b) = seq.next_element::<u8>()? {
+                    out.push(b);
+                }
+                Ok(Raw(Bytes::from(out)))
+            }
+        }
+        d.deserialize_byte_buf(RawVisitor)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_response_survives_the_codec_byte_for_byte() {
+        let response = Response::builder()
+            .status(201)
+            .header("x-one", "a")
+            .header("x-one", "b")
+            .header(
+                "x-binary",
+                HeaderValue::from_bytes(b"\xfe\xff").unwrap_or(HeaderValue::from_static("x")),
+            )
+            .header("connection", "close")
+            .body(())
+            .unwrap_or_default();
+        let (parts, ()) = response.into_parts();
+        let recorded = Recorded::new(&parts, Bytes::from_static(b"\x00body\xff"));
+        let bytes = rerun_core::codec::encode_checked(&recorded).unwrap_or_default();
+        let back: Recorded = rerun_core::codec::decode(&bytes).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(back, recorded);
+        let replayed = back.into_response::<()>(true);
+        assert_eq!(replayed.status(), 201);
+        let ones: Vec<_> = replayed.headers().get_all("x-one").iter().collect();
+        assert_eq!(ones, ["a", "b"]);
+        assert_eq!(replayed.headers()["x-binary"].as_bytes(), b"\xfe\xff");
+        assert!(replayed.headers().get("connection").is_none());
+        assert_eq!(replayed.headers()[IDEMPOTENT_REPLAYED], "true");
+    }
+}

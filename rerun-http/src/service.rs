@@ -1,0 +1,352 @@
+//! [`IdempotencyService`]: what the layer does with each request, and its response future.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http::header::CONTENT_TYPE;
+use http::{Request, Response, StatusCode};
+use http_body::Body;
+use rerun_core::problem::Problem;
+use rerun_core::{Call, Error, Key};
+use tower_service::Service;
+
+use crate::body::{
+    read_request, read_response, BoxError, Captured, ReadError, RequestBody, ResponseBody,
+};
+use crate::fingerprint;
+use crate::key::{IdempotencyKey, KeyError};
+use crate::layer::IdempotencyLayer;
+use crate::record::Recorded;
+
+/// The service [`IdempotencyLayer`] wraps around an inner service.
+#[derive(Clone)]
+pub struct IdempotencyService<S> {
+    inner: S,
+    config: Arc<IdempotencyLayer>,
+}
+
+impl<S> std::fmt::Debug for IdempotencyService<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IdempotencyService")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S> IdempotencyService<S> {
+    pub(crate) fn new(inner: S, config: Arc<IdempotencyLayer>) -> Self {
+        IdempotencyService { inner, config }
+    }
+}
+
+/// The response future of [`IdempotencyService`].
+pub struct ResponseFuture<R, E> {
+    inner: Pin<Box<dyn Future<Output = Result<R, E>> + Send>>,
+}
+
+impl<R, E> std::fmt::Debug for ResponseFuture<R, E> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ResponseFuture")
+    }
+}
+
+impl<R, E> Future for ResponseFuture<R, E> {
+    type Output = Result<R, E>;
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        self.inner.as_mut().poll(cx)
+    }
+}
+
+impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for IdempotencyService<S>
+where
+    S: Service<Request<RequestBody<ReqBody>>, Response = Response<ResBody>>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+    ReqBody: Body<Data = Bytes> + Send + 'static,
+    ReqBody::Error: Into<BoxError>,
+    ResBody: Body<Data = Bytes> + Send + 'static,
+    ResBody::Error: Into<BoxError>,
+{
+    type Response = Response<ResponseBody<ResBody>>;
+    type Error = S::Error;
+    type Future = ResponseFuture<Self::Response, S::Error>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
+        let config = &self.config;
+        if !config.methods.contains(req.method()) {
+            return pass(self.inner.call(req.map(RequestBody::streaming)));
+        }
+        let key = match IdempotencyKey::from_headers(req.headers(), &config.header) {
+            Ok(Some(key)) => key,
+            Ok(None) if config.required => return ready(KeyError::Missing.problem()),
+            Ok(None) => return pass(self.inner.call(req.map(RequestBody::streaming))),
+            Err(e) => return ready(e.problem()),
+        };
+        // The service driven to readiness goes with this request; a clone takes its place.
+        let clone = self.inner.clone();
+        let inner = std::mem::replace(&mut self.inner, clone);
+        ResponseFuture {
+            inner: Box::pin(handle(config.clone(), inner, req, key)),
+        }
+    }
+}
+
+/// A request passed through: the inner service's response, its body untouched.
+fn pass<F, B, E>(fut: F) -> ResponseFuture<Response<ResponseBody<B>>, E>
+where
+    F: Future<Output = Result<Response<B>, E>> + Send + 'static,
+{
+    ResponseFuture {
+        inner: Box::pin(async move { Ok(fut.await?.map(ResponseBody::streaming)) }),
+    }
+}
+
+/// A problem answered at once.
+fn ready<B: Send + 'static, E: Send + 'static>(
+    problem: Problem,
+) -> ResponseFuture<Response<ResponseBody<B>>, E> {
+    let response = problem.into_response();
+    ResponseFuture {
+        inner: Box::pin(std::future::ready(Ok(response))),
+    }
+}
+
+/// Why the handler's run is not recorded; each but `Rerun` releases the claim.
+enum Failure<E, B> {
+    /// rerun said no (in progress, mismatch, store down, …): its problem is the response.
+    Rerun(Error),
+    /// The inner service failed.
+    Inner(E),
+    /// A response returned as it is, unrecorded: a 5xx, an event stream, one over `max_body`.
+    Pass(Response<ResponseBody<B>>),
+    /// The handler panicked.
+    Panicked,
+}
+
+impl<E, B> From<Error> for Failure<E, B> {
+    fn from(e: Error) -> Self {
+        Failure::Rerun(e)
+    }
+}
+
+/// Rerun's key of a request: the layer's scope; the principal and the route (each tagged, so
+/// that no name can equal their absence) and the client's key.
+fn rerun_key(
+    scope: std::borrow::Cow<'static, str>,
+    principal: Option<&str>,
+    route: Option<&str>,
+    key: &IdempotencyKey,
+) -> Key {
+    Key::new(
+        scope,
+        &(
+            principal.is_some(),
+            principal.unwrap_or(""),
+            route.is_some(),
+            route.unwrap_or(""),
+            key.as_str(),
+        ),
+    )
+}
+
+/// The route the request matched (axum's `MatchedPath`, e.g. `/payments/{id}`), if known.
+fn route_of(parts: &http::request::Parts) -> Option<&str> {
+    #[cfg(feature = "axum")]
+    {
+        parts
+            .extensions
+            .get::<axum::extract::MatchedPath>()
+            .map(|m| m.as_str())
+    }
+    #[cfg(not(feature = "axum"))]
+    {
+        let _ = parts;
+        None
+    }
+}
+
+/// A request with a key: read, fingerprinted, then run once on a task of its own (a client
+/// that hangs up does not cut the handler short), recorded and returned, or replayed.
+async fn handle<S, ReqBody, ResBody>(
+    config: Arc<IdempotencyLayer>,
+    mut inner: S,
+    req: Request<ReqBody>,
+    key: IdempotencyKey,
+) -> Result<Response<ResponseBody<ResBody>>, S::Error>
+where
+    S: Service<Request<RequestBody<ReqBody>>, Response = Response<ResBody>> + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+    ReqBody: Body<Data = Bytes> + Send + 'static,
+    ReqBody::Error: Into<BoxError>,
+    ResBody: Body<Data = Bytes> + Send + 'static,
+    ResBody::Error: Into<BoxError>,
+{
+    let (parts, body) = req.into_parts();
+    let body = match read_request(&parts.headers, body, config.max_body).await {
+        Ok(body) => body,
+        Err(ReadError::TooLarge) => {
+            return Ok(Problem::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "body_too_large",
+                format!(
+                    "the request body is larger than the {} bytes this service reads for a request with an idempotency key",
+                    config.max_body
+                ),
+            )
+            .into_response())
+        }
+        Err(ReadError::Failed(e)) => {
+            tracing::debug!(error = %e, "rerun-http: the request body could not be read");
+            return Ok(Problem::new(
+                StatusCode::BAD_REQUEST,
+                "body_unreadable",
+                "the request body could not be read; send the request again",
+            )
+            .into_response());
+        }
+    };
+    let principal = config.principal.as_ref().and_then(|p| p(&parts));
+    let rerun_key = rerun_key(
+        config.scope.clone(),
+        principal.as_deref(),
+        route_of(&parts),
+        &key,
+    );
+    let fingerprint = match fingerprint::of(&parts, &body, &config.fingerprint_headers, &rerun_key)
+    {
+        Ok(fingerprint) => fingerprint,
+        Err(e) => return Ok(problem_of(&e)),
+    };
+    let store = match config.store.resolve() {
+        Ok(store) => store,
+        Err(e) => return Ok(problem_of(&e)),
+    };
+    let call = Call::with_key(rerun_key)
+        .fingerprint(fingerprint)
+        .options(config.options);
+    let req = Request::from_parts(parts, RequestBody::buffered(body));
+    let max_body = config.max_body;
+    let run = tokio::spawn(async move {
+        call.run_async(store.get(), async move {
+            let response = CatchPanic(Box::pin(inner.call(req)))
+                .await
+                .map_err(|()| Failure::Panicked)?
+                .map_err(Failure::Inner)?;
+            capture(response, max_body).await
+        })
+        .await
+    });
+    match run.await {
+        Ok(Ok(outcome)) => Ok(outcome.value.into_response(outcome.replayed)),
+        Ok(Err(Failure::Rerun(e))) => Ok(problem_of(&e)),
+        Ok(Err(Failure::Pass(response))) => Ok(response),
+        Ok(Err(Failure::Inner(e))) => Err(e),
+        Ok(Err(Failure::Panicked)) => {
+            tracing::error!(
+                "rerun-http: the handler panicked; its key was released and nothing was recorded"
+            );
+            Ok(handler_failed())
+        }
+        Err(e) => {
+            // A panic outside the handler (in reading its body, say; its claim is released as
+            // the panic unwinds through the call), or the runtime is shutting down.
+            tracing::error!(error = %e, "rerun-http: the request did not finish; nothing was recorded");
+            Ok(handler_failed())
+        }
+    }
+}
+
+fn handler_failed<B>() -> Response<ResponseBody<B>> {
+    Problem::new(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "handler_failed",
+        "the request failed and nothing was recorded for its idempotency key; retry it with the same key",
+    )
+    .into_response()
+}
+
+/// The problem response of a rerun error, logged for the operator.
+fn problem_of<B>(e: &Error) -> Response<ResponseBody<B>> {
+    match e {
+        Error::InProgress { .. } | Error::PayloadMismatch { .. } => {
+            tracing::debug!(error = %e, "rerun-http: request refused")
+        }
+        _ => tracing::warn!(error = %e, "rerun-http: request failed"),
+    }
+    e.problem().into_response()
+}
+
+/// The handler's response, read whole to be recorded; or returned unrecorded (its claim
+/// released) when it is a 5xx, an event stream, larger than `max_body` or has trailers.
+async fn capture<E, B>(response: Response<B>, max_body: usize) -> Result<Recorded, Failure<E, B>>
+where
+    B: Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
+    let (parts, body) = response.into_parts();
+    if parts.status.is_server_error() || is_event_stream(&parts) {
+        return Err(Failure::Pass(Response::from_parts(
+            parts,
+            ResponseBody::streaming(body),
+        )));
+    }
+    match read_response(body, max_body).await {
+        Captured::Whole(bytes) => Ok(Recorded::new(&parts, bytes)),
+        Captured::Partial(body) => {
+            tracing::info!(max_body, "rerun-http: a response larger than max_body (or with trailers) was returned unrecorded; its key was released");
+            Err(Failure::Pass(Response::from_parts(parts, body)))
+        }
+        Captured::Failed(e) => {
+            tracing::warn!(error = %e, "rerun-http: the handler's response body failed; nothing was recorded");
+            Err(Failure::Pass(
+                Problem::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "response_failed",
+                    "the response could not be produced and nothing was recorded for its idempotency key; retry it with the same key",
+                )
+                .into_response(),
+            ))
+        }
+    }
+}
+
+/// Whether a response is a stream of server-sent events, which is never recorded.
+fn is_event_stream(parts: &http::response::Parts) -> bool {
+    parts
+        .headers
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| {
+            v.trim_start()
+                .to_ascii_lowercase()
+                .starts_with("text/event-stream")
+        })
+}
+
+/// A future that turns a panic while polling into `Err(())` (the panic hook has printed it),
+/// so a panicking handler fails its call like an error does: the claim is released before
+/// the response is sent, not later by a destructor on another thread.
+struct CatchPanic<F>(Pin<Box<F>>);
+
+impl<F: Future> Future for CatchPanic<F> {
+    type Output = Result<F::Output, ()>;
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let fut = self.0.as_mut();
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| fut.poll(cx))) {
+            Ok(Poll::Ready(out)) => Poll::Ready(Ok(out)),
+            Ok(Poll::Pending) => Poll::Pending,
+            Err(_) => Poll::Ready(Err(())),
+        }
+    }
+}
