@@ -259,6 +259,19 @@ impl Error {
         }
     }
 
+    /// An unknown outcome: an at-most-once attempt on `key` stopped after its body may have
+    /// started, for integrations that learn it outside a call (a handler that panicked on a
+    /// task of its own, say).
+    ///
+    /// ```
+    /// use rerun_core::{Error, Key};
+    /// let e = Error::outcome_unknown(&Key::new("billing.charge", "evt_1"));
+    /// assert_eq!(e.kind_name(), "outcome_unknown");
+    /// ```
+    pub fn outcome_unknown(key: &Key) -> Error {
+        Error::OutcomeUnknown { key: key.clone() }
+    }
+
     /// A corrupt record, for store implementations.
     pub fn corrupt(key: &Key, kind: CorruptKind) -> Error {
         Error::Corrupt {

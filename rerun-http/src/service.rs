@@ -232,6 +232,10 @@ where
         Ok(store) => store,
         Err(e) => return Ok(problem_of(&e)),
     };
+    // A `once` handler that panicked may have had its effect: its key is left unknown (the
+    // panic goes on through the call, whose claim is then marked so), never released.
+    let once = config.options.is_once();
+    let unknown = Error::outcome_unknown(&rerun_key);
     let call = Call::with_key(rerun_key)
         .fingerprint(fingerprint)
         .options(config.options);
@@ -239,10 +243,14 @@ where
     let max_body = config.max_body;
     let run = tokio::spawn(async move {
         call.run_async(store.get(), async move {
-            let response = CatchPanic(Box::pin(inner.call(req)))
-                .await
-                .map_err(|()| Failure::Panicked)?
-                .map_err(Failure::Inner)?;
+            let response = match CatchPanic(Box::pin(inner.call(req))).await {
+                Ok(response) => response,
+                Err(()) if once => std::panic::resume_unwind(Box::new(
+                    "rerun-http: a once handler panicked; its outcome is unknown",
+                )),
+                Err(()) => return Err(Failure::Panicked),
+            }
+            .map_err(Failure::Inner)?;
             capture(response, max_body).await
         })
         .await
@@ -257,6 +265,12 @@ where
                 "rerun-http: the handler panicked; its key was released and nothing was recorded"
             );
             Ok(handler_failed())
+        }
+        Err(e) if once && e.is_panic() => {
+            tracing::error!(
+                "rerun-http: an at-most-once handler panicked; its outcome is unknown and it will not run again for this key"
+            );
+            Ok(problem_of(&unknown))
         }
         Err(e) => {
             // A panic outside the handler (in reading its body, say; its claim is released as

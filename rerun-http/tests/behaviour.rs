@@ -15,6 +15,7 @@ on_every_store!(
     the_same_key_on_a_different_request_gets_422,
     keys_missing_malformed_or_too_long_get_400,
     a_5xx_or_a_panic_records_nothing,
+    a_once_handler_that_panicked_is_never_run_again,
     other_methods_and_keyless_requests_pass_through,
     a_hundred_concurrent_duplicates_run_the_handler_once,
     a_tenant_replaying_another_tenants_key_gets_its_own_run,
@@ -260,6 +261,44 @@ async fn a_5xx_or_a_panic_records_nothing(f: Arc<Fixture>) {
         assert_eq!(got.code(), "handler_failed");
     }
     assert_eq!(server.runs.get(), before + 2, "the panic released the key");
+}
+
+async fn a_once_handler_that_panicked_is_never_run_again(f: Arc<Fixture>) {
+    let server = Server::start(f.layer().once()).await;
+    let http = client();
+    let before = server.runs.get();
+    let first = send(
+        http.post(server.url("/panic"))
+            .header("idempotency-key", "once-p"),
+    )
+    .await;
+    assert_eq!(
+        (first.status, first.code()),
+        (500, "outcome_unknown".to_owned())
+    );
+    // The claim is marked unknown in the background as the panic unwinds: until then a retry
+    // is told the first attempt is in progress (409), never run.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let retry = loop {
+        let got = send(
+            http.post(server.url("/panic"))
+                .header("idempotency-key", "once-p"),
+        )
+        .await;
+        if got.status != 409 || std::time::Instant::now() > deadline {
+            break got;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(
+        (retry.status, retry.code()),
+        (500, "outcome_unknown".to_owned())
+    );
+    assert_eq!(
+        server.runs.get(),
+        before + 1,
+        "the panicked handler ran again"
+    );
 }
 
 async fn other_methods_and_keyless_requests_pass_through(f: Arc<Fixture>) {
