@@ -60,6 +60,9 @@ pub struct Typed<T, S: ?Sized, F, O, E, C = Json> {
 /// of `T` (its `#[rerun(key)]` fields; its `#[rerun(...)]` options apply: `ttl`, `lease`,
 /// `once`, …).
 ///
+/// `work` is called for every delivery to build its future, which rerun polls only when the
+/// key is claimed: put the effects inside the `async` block, never before it.
+///
 /// ```
 /// use std::sync::Arc;
 /// use rerun_core::{Idempotent, MemoryStore};

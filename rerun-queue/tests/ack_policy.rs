@@ -49,6 +49,11 @@ fn fast() -> Settings {
 }
 
 async fn rig(broker: Broker, tag: &str) -> Option<Rig> {
+    // The consumers' warnings (dead letters name their message) show with --nocapture.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter("rerun_queue=warn")
+        .with_test_writer()
+        .try_init();
     let url = broker.url()?;
     Some(Rig::create(broker, &url, &unique(tag)).await)
 }
@@ -102,8 +107,11 @@ async fn acks_what_ran_and_what_replayed(broker: Broker) {
     let runs = Arc::new(AtomicUsize::new(0));
     let r = runs.clone();
     let h = handler::typed(Arc::new(MemoryStore::new()), move |o: Order| {
-        r.fetch_add(1, Ordering::SeqCst);
-        async move { Ok::<_, Error>(o.cents) }
+        let r = r.clone();
+        async move {
+            r.fetch_add(1, Ordering::SeqCst);
+            Ok::<_, Error>(o.cents)
+        }
     });
     rig.publish(&order("o-1"), Some("m-1")).await;
     rig.publish(&order("o-1"), Some("m-2")).await;
@@ -139,8 +147,11 @@ async fn in_progress_comes_back_later(broker: Broker) {
     let runs = Arc::new(AtomicUsize::new(0));
     let r = runs.clone();
     let h = handler::typed(store, move |o: Order| {
-        r.fetch_add(1, Ordering::SeqCst);
-        async move { Ok::<_, Error>(o.cents) }
+        let r = r.clone();
+        async move {
+            r.fetch_add(1, Ordering::SeqCst);
+            Ok::<_, Error>(o.cents)
+        }
     });
     rig.publish(&body(&event), Some("m-busy")).await;
     let started = Instant::now();
@@ -177,9 +188,9 @@ async fn retryable_errors_back_off_then_ack(broker: Broker) {
     let runs = Arc::new(AtomicUsize::new(0));
     let r = runs.clone();
     let h = handler::typed(Arc::new(MemoryStore::new()), move |o: Order| {
-        let n = r.fetch_add(1, Ordering::SeqCst);
+        let r = r.clone();
         async move {
-            if n < 2 {
+            if r.fetch_add(1, Ordering::SeqCst) < 2 {
                 Err(Error::store_msg(None, "the database is restarting"))
             } else {
                 Ok(o.cents)
@@ -258,8 +269,9 @@ async fn dead_letters_what_no_retry_fixes(broker: Broker) {
     let runs = Arc::new(AtomicUsize::new(0));
     let r = runs.clone();
     let h = handler::typed(store.clone(), move |o: Order| {
-        r.fetch_add(1, Ordering::SeqCst);
+        let r = r.clone();
         async move {
+            r.fetch_add(1, Ordering::SeqCst);
             if o.id == "o-fatal" {
                 Err(Error::config("this order can never be handled"))
             } else {
@@ -373,8 +385,11 @@ async fn unknown_outcome_reconciled_or_dead_lettered(broker: Broker) {
     let runs = Arc::new(AtomicUsize::new(0));
     let r = runs.clone();
     let plain = handler::typed(store.clone(), move |_: Charge| {
-        r.fetch_add(1, Ordering::SeqCst);
-        async move { Ok::<_, Error>("charged".to_owned()) }
+        let r = r.clone();
+        async move {
+            r.fetch_add(1, Ordering::SeqCst);
+            Ok::<_, Error>("charged".to_owned())
+        }
     });
     rig.publish(&body(&Charge { id: "c-1".into() }), Some("m-1"))
         .await;
@@ -391,8 +406,11 @@ async fn unknown_outcome_reconciled_or_dead_lettered(broker: Broker) {
 
     let r = runs.clone();
     let reconciled = handler::typed(store, move |_: Charge| {
-        r.fetch_add(1, Ordering::SeqCst);
-        async move { Ok::<_, Error>("charged".to_owned()) }
+        let r = r.clone();
+        async move {
+            r.fetch_add(1, Ordering::SeqCst);
+            Ok::<_, Error>("charged".to_owned())
+        }
     })
     .reconcile(|c: Charge| async move {
         // The provider says the charge went through.
@@ -422,8 +440,9 @@ async fn slow_handler_keeps_its_message(broker: Broker) {
     let starts = Arc::new(AtomicUsize::new(0));
     let make = |starts: Arc<AtomicUsize>| {
         handler::typed(store.clone(), move |o: Order| {
-            starts.fetch_add(1, Ordering::SeqCst);
+            let starts = starts.clone();
             async move {
+                starts.fetch_add(1, Ordering::SeqCst);
                 tokio::time::sleep(Duration::from_millis(3500)).await;
                 Ok::<_, Error>(o.cents)
             }
