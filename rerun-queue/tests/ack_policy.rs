@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use common::{eventually, unique, Broker, Rig};
 use rerun_core::record::ClaimRequest;
-use rerun_core::{Error, Fingerprint, Holder, Idempotent, MemoryStore, Reconciled, Store};
+use rerun_core::{Error, Holder, Idempotent, MemoryStore, Reconciled, Store};
 use rerun_queue::{handler, Message, Policy, Settings};
 use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
@@ -381,7 +381,6 @@ async fn unknown_outcome_reconciled_or_dead_lettered(broker: Broker) {
         };
         Store::mark_unknown(&*store, &claim).expect("unknown");
     }
-    let _ = Fingerprint::EMPTY;
     let runs = Arc::new(AtomicUsize::new(0));
     let r = runs.clone();
     let plain = handler::typed(store.clone(), move |_: Charge| {

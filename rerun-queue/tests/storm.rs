@@ -11,7 +11,6 @@
 
 mod common;
 
-use std::collections::HashMap;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -492,7 +491,6 @@ fn sigterm(broker: Broker) {
             0
         );
         assert_eq!(world.count("SELECT count(*) FROM {s}.receipts").await, n);
-        let _: HashMap<(), ()> = HashMap::new();
         world.cleanup().await;
     });
 }

@@ -159,7 +159,7 @@ impl Rig {
             Broker::Nats => {
                 let mut headers = async_nats::HeaderMap::new();
                 if let Some(id) = id {
-                    headers.insert("Nats-Msg-Id", id);
+                    headers.insert(async_nats::header::NATS_MESSAGE_ID, id);
                 }
                 self.js()
                     .publish_with_headers(
@@ -195,7 +195,7 @@ impl Rig {
                 for (body, id) in items {
                     let mut headers = async_nats::HeaderMap::new();
                     if let Some(id) = id {
-                        headers.insert("Nats-Msg-Id", id.as_str());
+                        headers.insert(async_nats::header::NATS_MESSAGE_ID, id.as_str());
                     }
                     acks.push(
                         self.js()
