@@ -198,7 +198,13 @@ impl JsDelivery {
         dead_letter: Option<Arc<(jetstream::Context, String)>>,
     ) -> JsDelivery {
         let mut message = Message::new(inner.subject.to_string(), inner.payload.clone());
-        if let Some(id) = inner.headers.as_ref().and_then(|h| h.get(MSG_ID_HEADER)) {
+        // Looked up by the standard name: a header parsed off the wire is keyed by it, and a
+        // lookup by the string would miss it.
+        let id = inner
+            .headers
+            .as_ref()
+            .and_then(|h| h.get(async_nats::header::NATS_MESSAGE_ID));
+        if let Some(id) = id {
             message = message.with_id(id.as_str());
         }
         if let Ok(info) = inner.info() {
