@@ -9,27 +9,34 @@
 /// println!("stopping");
 /// # }
 /// ```
-pub async fn terminated() {
+///
+/// The signals are listened for from the call on (it must be made inside a Tokio runtime), so
+/// call it early: a SIGTERM that arrives while the consumer is still connecting is not lost.
+pub fn terminated() -> impl std::future::Future<Output = ()> + Send + 'static {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{signal, SignalKind};
         let term = signal(SignalKind::terminate());
         let int = signal(SignalKind::interrupt());
-        match (term, int) {
-            (Ok(mut term), Ok(mut int)) => {
-                tokio::select! {
-                    _ = term.recv() => {}
-                    _ = int.recv() => {}
+        async move {
+            match (term, int) {
+                (Ok(mut term), Ok(mut int)) => {
+                    tokio::select! {
+                        _ = term.recv() => {}
+                        _ = int.recv() => {}
+                    }
                 }
-            }
-            (Err(e), _) | (_, Err(e)) => {
-                tracing::warn!(error = %e, "rerun-queue: cannot listen for SIGTERM; waiting for Ctrl-C only");
-                let _ = tokio::signal::ctrl_c().await;
+                (Err(e), _) | (_, Err(e)) => {
+                    tracing::warn!(error = %e, "rerun-queue: cannot listen for SIGTERM; waiting for Ctrl-C only");
+                    let _ = tokio::signal::ctrl_c().await;
+                }
             }
         }
     }
     #[cfg(not(unix))]
     {
-        let _ = tokio::signal::ctrl_c().await;
+        async move {
+            let _ = tokio::signal::ctrl_c().await;
+        }
     }
 }

@@ -68,6 +68,8 @@ fn storm_child() {
     let env = |k: &str| std::env::var(k).unwrap_or_default();
     let rt = runtime();
     let code = rt.block_on(async move {
+        // Listening from the start: a SIGTERM during start-up is not lost.
+        let stop = shutdown::terminated();
         let broker = Broker::parse(&env("RQ_BROKER"));
         let schema = env("RQ_SCHEMA");
         let pg_url = env("RQ_PG_URL");
@@ -165,7 +167,7 @@ fn storm_child() {
             );
         println!("ready");
         let report = rig
-            .consume(handler::typed(store, work), settings, shutdown::terminated())
+            .consume(handler::typed(store, work), settings, stop)
             .await;
         println!(
             "report ran={} replayed={} redelivered={} dead={} released={}",
@@ -215,6 +217,8 @@ impl Consumers {
     /// SIGTERMs every consumer; returns how each exited and what it printed last.
     fn sigterm_all(&mut self) -> Vec<(bool, String, Duration)> {
         let mut out = Vec::new();
+        // A process younger than this may not have reached its signal handler yet.
+        std::thread::sleep(Duration::from_millis(500));
         for kid in &self.kids {
             let _ = kill(Pid::from_raw(kid.id() as i32), Signal::SIGTERM);
         }
