@@ -44,6 +44,9 @@ fn settled<T, E: HandlerError>(result: Result<Outcome<T>, E>) -> Handled {
     }
 }
 
+/// Marks the types a handler works with, without owning them.
+type Types<T, O, E> = PhantomData<fn() -> (T, O, E)>;
+
 type ReconcileFn<T, O, E> =
     Arc<dyn Fn(&T) -> BoxFuture<'static, Result<Reconciled<O>, E>> + Send + Sync>;
 
@@ -53,7 +56,7 @@ pub struct Typed<T, S: ?Sized, F, O, E, C = Json> {
     work: F,
     codec: C,
     reconcile: Option<ReconcileFn<T, O, E>>,
-    _types: PhantomData<fn() -> (T, O, E)>,
+    _types: Types<T, O, E>,
 }
 
 /// A handler that decodes each body into `T` with JSON and runs `work(payload)` once per key

@@ -228,8 +228,7 @@ impl Consumers {
             let text = String::from_utf8_lossy(&output.stdout).to_string();
             let last = text
                 .lines()
-                .filter(|l| l.starts_with("report"))
-                .last()
+                .rfind(|l| l.starts_with("report"))
                 .unwrap_or("")
                 .to_owned();
             out.push((output.status.success(), last, t0.elapsed()));

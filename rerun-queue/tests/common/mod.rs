@@ -268,7 +268,7 @@ impl Rig {
                         .run(stop)
                         .await
                         .expect("consumer run");
-                let _ = channel.close(200, "done".into()).await;
+                let _ = channel.close(200, "done").await;
                 report
             }
         }
