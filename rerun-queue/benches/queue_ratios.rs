@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{eventually, unique, Broker, Rig};
+use common::{eventually, unique, Broker, Leftovers, Rig};
 use futures::future::BoxFuture;
 use rerun_core::{DynStore, Error, Idempotent, MemoryStore, PostgresStore};
 use rerun_queue::{handler, Handled, Handler, Message, Settings};
@@ -95,6 +95,11 @@ fn main() {
         for broker in [Broker::Nats, Broker::Amqp] {
             let Some(url) = broker.url() else { continue };
             let schema = unique("bench");
+            // Drops the store's schema at the end of the broker's turn, or on a panic.
+            let _leftovers = Leftovers {
+                schema: pg.clone().map(|pg| (pg, schema.clone())),
+                redis: None,
+            };
             let stores: Vec<(&str, Arc<dyn DynStore>)> = {
                 let mut v: Vec<(&str, Arc<dyn DynStore>)> =
                     vec![("memory", Arc::new(MemoryStore::new()))];
@@ -123,14 +128,6 @@ fn main() {
                     100.0 * dup / plain
                 );
                 rig.cleanup().await;
-            }
-            if let Some(pg) = &pg {
-                if let Ok((client, conn)) = tokio_postgres::connect(pg, tokio_postgres::NoTls).await {
-                    tokio::spawn(conn);
-                    let _ = client
-                        .batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
-                        .await;
-                }
             }
         }
     });

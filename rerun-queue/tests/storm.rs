@@ -15,7 +15,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{eventually, unique, Broker, Rig};
+use common::{eventually, unique, Broker, Leftovers, Rig};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use rerun_core::store::redis::RedisOptions;
@@ -252,8 +252,9 @@ struct World {
     rig: Rig,
     db: tokio_postgres::Client,
     schema: String,
-    redis: Option<(String, String)>,
     env: Vec<(String, String)>,
+    /// Drops the schema and the Redis keys when the world is dropped, panicking or not.
+    _leftovers: Leftovers,
 }
 
 impl World {
@@ -265,6 +266,11 @@ impl World {
             _ => None,
         };
         let name = unique(tag);
+        let prefix = format!("{name}:");
+        let leftovers = Leftovers {
+            schema: Some((pg_url.clone(), name.clone())),
+            redis: redis.clone().map(|u| (u, prefix.clone())),
+        };
         let rig = Rig::create(broker, &broker_url, &name).await;
         let db = pg(&pg_url).await;
         db.batch_execute(&format!(
@@ -275,7 +281,6 @@ impl World {
         ))
         .await
         .expect("creating the schema");
-        let prefix = format!("{name}:");
         let mut env = vec![
             ("RQ_BROKER".to_owned(), broker.name().to_owned()),
             ("RQ_BROKER_URL".to_owned(), broker_url),
@@ -292,8 +297,8 @@ impl World {
             rig,
             db,
             schema: name,
-            redis: redis.map(|u| (u, prefix)),
             env,
+            _leftovers: leftovers,
         })
     }
 
@@ -302,18 +307,10 @@ impl World {
         self.db.query_one(&sql, &[]).await.expect(&sql).get(0)
     }
 
+    /// Deletes the broker's stream or queues now; the schema and Redis keys go when the world
+    /// is dropped.
     async fn cleanup(&self) {
         self.rig.cleanup().await;
-        let _ = self
-            .db
-            .batch_execute(&format!("DROP SCHEMA IF EXISTS {} CASCADE", self.schema))
-            .await;
-        if let Some((url, prefix)) = &self.redis {
-            let script = format!(
-                "redis-cli -u '{url}' --scan --pattern '{prefix}*' | xargs -r redis-cli -u '{url}' DEL > /dev/null"
-            );
-            let _ = Command::new("sh").arg("-c").arg(script).status();
-        }
     }
 }
 

@@ -1,9 +1,10 @@
 //! The brokers of the tests: a unique stream or queue per test, publishing, counting what is
-//! left and what was dead-lettered, and deleting it all afterwards.
+//! left and what was dead-lettered, and deleting it all afterwards, even when the test panics
+//! (the rig and [`Leftovers`] clean up when dropped).
 #![allow(dead_code)]
 
 use std::future::Future;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::Duration;
 
 use async_nats::jetstream::{self, consumer::pull, stream};
@@ -69,6 +70,9 @@ pub struct Rig {
     pub ack_wait: Duration,
     nats: Option<jetstream::Context>,
     amqp: Option<(Connection, Channel)>,
+    /// Whether dropping the rig deletes its stream or queues (the rig that created them).
+    owns: bool,
+    cleaned: AtomicBool,
 }
 
 impl Rig {
@@ -80,6 +84,7 @@ impl Rig {
     pub async fn create_with(broker: Broker, url: &str, name: &str, ack_wait: Duration) -> Rig {
         let mut rig = Rig::open(broker, url, name).await;
         rig.ack_wait = ack_wait;
+        rig.owns = true;
         match broker {
             Broker::Nats => {
                 let js = rig.js();
@@ -124,6 +129,8 @@ impl Rig {
             ack_wait: Duration::from_secs(2),
             nats: None,
             amqp: None,
+            owns: false,
+            cleaned: AtomicBool::new(false),
         };
         match broker {
             Broker::Nats => {
@@ -320,31 +327,108 @@ impl Rig {
         u64::from(q.message_count())
     }
 
-    /// Deletes the streams, or the queues and exchange.
+    /// Deletes the streams, or the queues and exchange (dropping the rig does it otherwise).
     pub async fn cleanup(&self) {
+        self.cleaned.store(true, Ordering::SeqCst);
         match self.broker {
-            Broker::Nats => {
-                let _ = self.js().delete_stream(&self.name).await;
-                let _ = self.js().delete_stream(format!("{}_dead", self.name)).await;
+            Broker::Nats => delete_streams(self.js(), &self.name).await,
+            Broker::Amqp => delete_queues(self.channel(), &self.name).await,
+        }
+    }
+}
+
+impl Drop for Rig {
+    fn drop(&mut self) {
+        if !self.owns || self.cleaned.load(Ordering::SeqCst) {
+            return;
+        }
+        let (broker, url, name) = (self.broker, self.url.clone(), self.name.clone());
+        on_own_runtime(async move {
+            match broker {
+                Broker::Nats => {
+                    if let Ok(client) = async_nats::connect(&url).await {
+                        delete_streams(&jetstream::new(client), &name).await;
+                    }
+                }
+                Broker::Amqp => {
+                    let Ok(conn) = Connection::connect(&url, ConnectionProperties::default()).await
+                    else {
+                        return;
+                    };
+                    if let Ok(ch) = conn.create_channel().await {
+                        delete_queues(&ch, &name).await;
+                    }
+                    let _ = conn.close(200, "cleaned up").await;
+                }
             }
-            Broker::Amqp => {
-                let ch = self.channel();
-                let _ = ch
-                    .queue_delete(&self.name, QueueDeleteOptions::default())
-                    .await;
-                let _ = ch
-                    .queue_delete(
-                        &format!("{}.dead", self.name),
-                        QueueDeleteOptions::default(),
-                    )
-                    .await;
-                let _ = ch
-                    .exchange_delete(
-                        &format!("{}.dlx", self.name),
-                        ExchangeDeleteOptions::default(),
-                    )
-                    .await;
-            }
+        });
+    }
+}
+
+async fn delete_streams(js: &jetstream::Context, name: &str) {
+    let _ = js.delete_stream(name).await;
+    let _ = js.delete_stream(format!("{name}_dead")).await;
+}
+
+async fn delete_queues(ch: &Channel, name: &str) {
+    let _ = ch.queue_delete(name, QueueDeleteOptions::default()).await;
+    let _ = ch
+        .queue_delete(&format!("{name}.dead"), QueueDeleteOptions::default())
+        .await;
+    let _ = ch
+        .exchange_delete(&format!("{name}.dlx"), ExchangeDeleteOptions::default())
+        .await;
+}
+
+/// Runs `work` to completion on a runtime of its own in a thread of its own, so a `Drop` can
+/// clean up from inside a test's runtime, panicking or not; failures are ignored.
+pub fn on_own_runtime<F: Future<Output = ()> + Send + 'static>(work: F) {
+    let thread = std::thread::spawn(move || {
+        if let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        {
+            rt.block_on(async move {
+                let _ = tokio::time::timeout(Duration::from_secs(10), work).await;
+            });
+        }
+    });
+    let _ = thread.join();
+}
+
+/// What a test created outside the brokers, removed when dropped (also while panicking): a
+/// PostgreSQL schema, with CASCADE, so a store's table, meta table and fence sequence and the
+/// application's tables in it all go, and the Redis keys under a prefix.
+#[derive(Default)]
+pub struct Leftovers {
+    /// PostgreSQL URL and schema.
+    pub schema: Option<(String, String)>,
+    /// Redis URL and key prefix.
+    pub redis: Option<(String, String)>,
+}
+
+impl Drop for Leftovers {
+    fn drop(&mut self) {
+        if let Some((url, schema)) = self.schema.take() {
+            on_own_runtime(async move {
+                if let Ok((client, conn)) =
+                    tokio_postgres::connect(&url, tokio_postgres::NoTls).await
+                {
+                    tokio::spawn(conn);
+                    let _ = client
+                        .batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
+                        .await;
+                }
+            });
+        }
+        if let Some((url, prefix)) = self.redis.take() {
+            let script = format!(
+                "redis-cli -u '{url}' --scan --pattern '{prefix}*' | xargs -r redis-cli -u '{url}' DEL > /dev/null"
+            );
+            let _ = std::process::Command::new("sh")
+                .arg("-c")
+                .arg(script)
+                .status();
         }
     }
 }
