@@ -8,6 +8,8 @@
 //! cargo run -p rerun-examples --bin worker       # a job worker that dies halfway and converges
 //! cargo run -p rerun-examples --bin startup      # a one-time migration, two instances at once
 //! cargo run -p rerun-examples --bin metrics      # rerun's metrics exposed for Prometheus
+//! cargo run -p rerun-examples --bin orders_nats  # an order-events consumer on NATS JetStream
+//! cargo run -p rerun-examples --bin orders_amqp  # the same consumer on RabbitMQ
 //! ```
 //!
 //! Every program works in a fresh temporary directory, so each run prints the same story.
@@ -15,6 +17,7 @@
 use std::fmt;
 
 pub mod metrics;
+pub mod orders;
 pub mod payment;
 pub mod quickstart;
 pub mod startup;
@@ -30,6 +33,8 @@ pub enum AppError {
     Db(rusqlite::Error),
     /// A business outcome, such as a declined card.
     Refused(String),
+    /// A service the example talks to (PostgreSQL, a broker) failed.
+    Service(String),
 }
 
 impl fmt::Display for AppError {
@@ -38,6 +43,7 @@ impl fmt::Display for AppError {
             AppError::Rerun(e) => write!(f, "{e}"),
             AppError::Db(e) => write!(f, "database: {e}"),
             AppError::Refused(why) => f.write_str(why),
+            AppError::Service(what) => f.write_str(what),
         }
     }
 }
