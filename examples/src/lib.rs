@@ -9,6 +9,8 @@
 //! cargo run -p rerun-examples --bin startup      # a one-time migration, two instances at once
 //! cargo run -p rerun-examples --bin metrics      # rerun's metrics exposed for Prometheus
 //! cargo run -p rerun-examples --bin http         # a payments API behind the Idempotency-Key layer
+//! cargo run -p rerun-examples --bin orders_nats  # an order-events consumer on NATS JetStream
+//! cargo run -p rerun-examples --bin orders_amqp  # the same consumer on RabbitMQ
 //! ```
 //!
 //! Every program works in a fresh temporary directory, so each run prints the same story.
@@ -17,6 +19,7 @@ use std::fmt;
 
 pub mod http;
 pub mod metrics;
+pub mod orders;
 pub mod payment;
 pub mod quickstart;
 pub mod startup;
@@ -32,6 +35,8 @@ pub enum AppError {
     Db(rusqlite::Error),
     /// A business outcome, such as a declined card.
     Refused(String),
+    /// A service the example talks to (PostgreSQL, a broker) failed.
+    Service(String),
 }
 
 impl fmt::Display for AppError {
@@ -40,6 +45,7 @@ impl fmt::Display for AppError {
             AppError::Rerun(e) => write!(f, "{e}"),
             AppError::Db(e) => write!(f, "database: {e}"),
             AppError::Refused(why) => f.write_str(why),
+            AppError::Service(what) => f.write_str(what),
         }
     }
 }

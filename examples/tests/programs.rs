@@ -80,3 +80,22 @@ fn http() {
         "{out}"
     );
 }
+
+fn orders(bin: &str) {
+    let out = deterministic(bin);
+    assert!(out.contains("4 handled, 1 replayed"), "{out}");
+    for order in ["o-1", "o-2", "o-3", "o-4"] {
+        assert!(out.contains(order), "{out}");
+    }
+    assert_eq!(out.matches(": 1 receipt(s)").count(), 4, "{out}");
+}
+
+#[test]
+fn orders_nats() {
+    orders(env!("CARGO_BIN_EXE_orders_nats"));
+}
+
+#[test]
+fn orders_amqp() {
+    orders(env!("CARGO_BIN_EXE_orders_amqp"));
+}

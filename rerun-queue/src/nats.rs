@@ -1,0 +1,265 @@
+//! NATS JetStream (feature `nats`): a pull consumer whose messages run through rerun.
+//!
+//! | rerun says | the consumer sends |
+//! |---|---|
+//! | recorded (ran or replayed) | `+ACK` |
+//! | `InProgress`, a retryable error | `-NAK` with a delay (the policy's in-progress delay, or its backoff) |
+//! | mismatch, corrupt, non-retryable, undecodable, unknown outcome | `+TERM` (the server's terminated-message advisory follows), after a copy went to the dead-letter subject if one is set |
+//! | the handler is still running | `+WPI` (in progress) every third of the consumer's `ack_wait` |
+//!
+//! The message id is the `Nats-Msg-Id` header; the attempt is the consumer's delivery count.
+//! Leave the consumer's `max_deliver` unlimited (the default) and let [`Policy`](crate::Policy)
+//! decide when a failing message is given up, or the server drops it without a trace.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_nats::jetstream::consumer::PullConsumer;
+use async_nats::jetstream::{self, AckKind};
+use futures::StreamExt;
+
+use crate::error::Error;
+use crate::handler::Handler;
+use crate::message::Message;
+use crate::runner::{self, Delivery, Source};
+use crate::settings::{Report, Settings};
+
+/// The header holding the broker's message id.
+pub const MSG_ID_HEADER: &str = "Nats-Msg-Id";
+/// The header a dead-lettered copy carries with the reason it was given up.
+pub const DEAD_REASON_HEADER: &str = "Rerun-Dead-Letter-Reason";
+/// The header a dead-lettered copy carries with the subject it came from.
+pub const DEAD_SUBJECT_HEADER: &str = "Rerun-Dead-Letter-Subject";
+
+/// A JetStream pull consumer that runs every message through a rerun [`Handler`].
+///
+/// ```no_run
+/// use std::sync::Arc;
+/// use async_nats::jetstream::{self, consumer::pull};
+/// use rerun_core::{Idempotent, MemoryStore};
+/// use rerun_queue::{handler, nats::JetStreamConsumer, shutdown, Settings};
+/// use serde::{Deserialize, Serialize};
+///
+/// #[derive(Serialize, Deserialize, Idempotent)]
+/// #[rerun(scope = "shop.order_created")]
+/// struct OrderCreated { #[rerun(key)] order_id: String, cents: u64 }
+///
+/// # async fn f() -> Result<(), Box<dyn std::error::Error>> {
+/// let client = async_nats::connect("nats://127.0.0.1:4222").await?;
+/// let js = jetstream::new(client);
+/// let stream = js.get_stream("ORDERS").await?;
+/// let consumer = stream
+///     .get_or_create_consumer("billing", pull::Config {
+///         durable_name: Some("billing".into()),
+///         ..Default::default()
+///     })
+///     .await?;
+/// let store = Arc::new(MemoryStore::new());
+/// let report = JetStreamConsumer::new(consumer, handler::typed(store, |o: OrderCreated| async move {
+///         Ok::<_, rerun_core::Error>(o.cents)
+///     }))
+///     .settings(Settings::new().max_in_flight(32))
+///     .dead_letter_subject(js.clone(), "ORDERS.dead")
+///     .run(shutdown::terminated())
+///     .await?;
+/// println!("{} acked", report.acked());
+/// # Ok(()) }
+/// ```
+pub struct JetStreamConsumer<H: ?Sized> {
+    consumer: PullConsumer,
+    settings: Settings,
+    dead_letter: Option<(jetstream::Context, String)>,
+    handler: Arc<H>,
+}
+
+impl<H: Handler> JetStreamConsumer<H> {
+    /// A consumer of `consumer`'s messages, run through `handler`.
+    pub fn new(consumer: PullConsumer, handler: H) -> JetStreamConsumer<H> {
+        JetStreamConsumer::shared(consumer, Arc::new(handler))
+    }
+}
+
+impl<H: Handler + ?Sized> JetStreamConsumer<H> {
+    /// A consumer with a handler shared with other consumers.
+    pub fn shared(consumer: PullConsumer, handler: Arc<H>) -> JetStreamConsumer<H> {
+        JetStreamConsumer {
+            consumer,
+            settings: Settings::new(),
+            dead_letter: None,
+            handler,
+        }
+    }
+
+    /// Concurrency, ack policy and shutdown grace.
+    pub fn settings(mut self, settings: Settings) -> Self {
+        self.settings = settings;
+        self
+    }
+
+    /// Before terminating a message, publish a copy to `subject` (through `js`, so a stream
+    /// capturing it stores it), with the headers [`DEAD_REASON_HEADER`] and
+    /// [`DEAD_SUBJECT_HEADER`]. Without it, a terminated message stays in its stream and
+    /// the server's `MSG_TERMINATED` advisory (servers from 2.10) names it.
+    pub fn dead_letter_subject(
+        mut self,
+        js: jetstream::Context,
+        subject: impl Into<String>,
+    ) -> Self {
+        self.dead_letter = Some((js, subject.into()));
+        self
+    }
+
+    /// Consumes until `shutdown` resolves (e.g. [`crate::shutdown::terminated`]): then stops
+    /// fetching, lets handlers in flight finish within the grace period, naks what is left
+    /// so it is redelivered at once, and returns what it did.
+    pub async fn run(self, shutdown: impl Future<Output = ()> + Send) -> Result<Report, Error> {
+        let ack_wait = self.consumer.cached_info().config.ack_wait;
+        // A third of the ack wait leaves two chances for a progress signal to arrive in time.
+        let progress_every = if ack_wait.is_zero() {
+            Duration::from_secs(10)
+        } else {
+            ack_wait / 3
+        };
+        let batch = self.settings.max_in_flight.max(1);
+        let messages = self
+            .consumer
+            .stream()
+            .max_messages_per_batch(batch)
+            .messages()
+            .await
+            .map_err(|e| Error::broker("starting the JetStream pull subscription", e))?;
+        let source = Pull {
+            messages,
+            progress_every,
+            dead_letter: self.dead_letter.map(Arc::new),
+            errors: 0,
+        };
+        runner::run(source, self.handler, self.settings, shutdown).await
+    }
+}
+
+struct Pull {
+    messages: jetstream::consumer::pull::Stream,
+    progress_every: Duration,
+    dead_letter: Option<Arc<(jetstream::Context, String)>>,
+    errors: u32,
+}
+
+/// Consecutive stream errors after which the consumer gives up (about 10 s of them).
+const MAX_STREAM_ERRORS: u32 = 20;
+
+impl Source for Pull {
+    type Delivery = JsDelivery;
+
+    async fn next(&mut self) -> Option<Result<JsDelivery, Error>> {
+        loop {
+            match self.messages.next().await? {
+                Ok(m) => {
+                    self.errors = 0;
+                    return Some(Ok(JsDelivery::new(
+                        m,
+                        self.progress_every,
+                        self.dead_letter.clone(),
+                    )));
+                }
+                Err(e) => {
+                    // Missed heartbeats and pull errors are usually a reconnect in progress:
+                    // the client re-issues its pulls; only a run of them ends the consumer.
+                    self.errors += 1;
+                    tracing::warn!(error = %e, "rerun-queue: JetStream pull error");
+                    if self.errors >= MAX_STREAM_ERRORS {
+                        return Some(Err(Error::broker("pulling JetStream messages", e)));
+                    }
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+            }
+        }
+    }
+
+    async fn stop(self) {
+        // Dropping the subscription stops the pulls; messages delivered to it and not handed
+        // out are redelivered by the server when their ack wait ends.
+        drop(self.messages);
+    }
+}
+
+struct JsDelivery {
+    inner: jetstream::Message,
+    message: Message,
+    progress_every: Duration,
+    dead_letter: Option<Arc<(jetstream::Context, String)>>,
+}
+
+impl JsDelivery {
+    fn new(
+        inner: jetstream::Message,
+        progress_every: Duration,
+        dead_letter: Option<Arc<(jetstream::Context, String)>>,
+    ) -> JsDelivery {
+        let mut message = Message::new(inner.subject.to_string(), inner.payload.clone());
+        // Looked up by the standard name: a header parsed off the wire is keyed by it, and a
+        // lookup by the string would miss it.
+        let id = inner
+            .headers
+            .as_ref()
+            .and_then(|h| h.get(async_nats::header::NATS_MESSAGE_ID));
+        if let Some(id) = id {
+            message = message.with_id(id.as_str());
+        }
+        if let Ok(info) = inner.info() {
+            message = message.with_attempt(u32::try_from(info.delivered).unwrap_or(u32::MAX));
+        }
+        JsDelivery {
+            inner,
+            message,
+            progress_every,
+            dead_letter,
+        }
+    }
+
+    async fn send(&self, kind: AckKind) -> Result<(), String> {
+        self.inner.ack_with(kind).await.map_err(|e| e.to_string())
+    }
+}
+
+impl Delivery for JsDelivery {
+    fn message(&self) -> &Message {
+        &self.message
+    }
+    async fn ack(&self) -> Result<(), String> {
+        self.send(AckKind::Ack).await
+    }
+    async fn redeliver(&self, after: Duration) -> Result<(), String> {
+        self.send(AckKind::Nak(Some(after))).await
+    }
+    async fn dead_letter(&self, reason: &str) -> Result<(), String> {
+        if let Some(target) = &self.dead_letter {
+            let (js, subject) = &**target;
+            // The copy carries no `Nats-Msg-Id`: the stream must not deduplicate it against
+            // the original.
+            let mut headers = async_nats::HeaderMap::new();
+            if let Some(id) = self.message.id() {
+                headers.insert("Rerun-Dead-Letter-Msg-Id", id);
+            }
+            headers.insert(DEAD_REASON_HEADER, reason);
+            headers.insert(DEAD_SUBJECT_HEADER, self.message.subject());
+            let published = js
+                .publish_with_headers(subject.clone(), headers, self.inner.payload.clone())
+                .await
+                .map_err(|e| e.to_string())?;
+            // Terminated only once the copy is stored: a crash in between redelivers it.
+            published.await.map_err(|e| e.to_string())?;
+        }
+        self.send(AckKind::Term).await
+    }
+    async fn release(&self) -> Result<(), String> {
+        self.send(AckKind::Nak(None)).await
+    }
+    fn progress_every(&self) -> Option<Duration> {
+        Some(self.progress_every)
+    }
+    async fn progress(&self) -> Result<(), String> {
+        self.send(AckKind::Progress).await
+    }
+}

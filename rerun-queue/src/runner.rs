@@ -1,0 +1,245 @@
+//! The consumer loop both adapters share: bounded handlers in flight, the ack policy, lease
+//! keep-alive towards the broker, and graceful shutdown.
+
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::{watch, Semaphore};
+use tokio::task::JoinSet;
+
+use crate::error::Error;
+use crate::failure::Handled;
+use crate::handler::Handler;
+use crate::message::Message;
+use crate::policy::Action;
+use crate::settings::{Report, Settings};
+
+/// One delivery, as a broker adapter settles it.
+pub(crate) trait Delivery: Send + Sync + 'static {
+    /// The message.
+    fn message(&self) -> &Message;
+    /// Acknowledges the delivery.
+    fn ack(&self) -> impl Future<Output = Result<(), String>> + Send;
+    /// Hands the message back, to come again after `after` (returns once it is handed back,
+    /// which for a broker without delayed redelivery is after the delay).
+    fn redeliver(&self, after: Duration) -> impl Future<Output = Result<(), String>> + Send;
+    /// Terminates or dead-letters the message.
+    fn dead_letter(&self, reason: &str) -> impl Future<Output = Result<(), String>> + Send;
+    /// Hands the message back at once (shutdown).
+    fn release(&self) -> impl Future<Output = Result<(), String>> + Send;
+    /// Tells the broker the handler is still working; `None` where it has no timer.
+    fn progress_every(&self) -> Option<Duration>;
+    /// Extends the broker's redelivery timer.
+    fn progress(&self) -> impl Future<Output = Result<(), String>> + Send;
+}
+
+/// Where deliveries come from.
+pub(crate) trait Source: Send {
+    type Delivery: Delivery;
+    /// The next delivery; `None` when the subscription ended.
+    fn next(&mut self) -> impl Future<Output = Option<Result<Self::Delivery, Error>>> + Send;
+    /// Stops fetching; deliveries fetched but never handed out are given back.
+    fn stop(self) -> impl Future<Output = ()> + Send;
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Phase {
+    Running,
+    /// Grace is over: cut handlers short and give their messages back.
+    Abort,
+}
+
+/// Runs `source` until `shutdown` resolves or the subscription ends.
+pub(crate) async fn run<Src, H>(
+    mut source: Src,
+    handler: Arc<H>,
+    settings: Settings,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<Report, Error>
+where
+    Src: Source,
+    H: Handler + ?Sized,
+{
+    let report = Arc::new(Mutex::new(Report::default()));
+    let slots = Arc::new(Semaphore::new(settings.max_in_flight));
+    let (phase_tx, phase_rx) = watch::channel(Phase::Running);
+    let mut tasks = JoinSet::new();
+    let mut shutdown = std::pin::pin!(shutdown);
+    let mut ended: Result<(), Error> = Ok(());
+    loop {
+        // A slot first, so that nothing is fetched that no handler can start on.
+        let slot = tokio::select! {
+            biased;
+            _ = &mut shutdown => break,
+            slot = slots.clone().acquire_owned() => match slot {
+                Ok(slot) => slot,
+                Err(_) => break,
+            },
+        };
+        let next = tokio::select! {
+            biased;
+            _ = &mut shutdown => break,
+            next = source.next() => next,
+        };
+        // Reap finished tasks so the set stays small.
+        while tasks.try_join_next().is_some() {}
+        let delivery = match next {
+            None => break,
+            Some(Ok(delivery)) => delivery,
+            Some(Err(e)) => {
+                ended = Err(e);
+                break;
+            }
+        };
+        let handler = handler.clone();
+        let report = report.clone();
+        let policy = settings.policy;
+        let phase = phase_rx.clone();
+        tasks.spawn(async move {
+            let verdict = process(&delivery, &*handler, phase.clone()).await;
+            let Some(handled) = verdict else {
+                settle_released(&delivery, &report).await;
+                return;
+            };
+            // The handler is done: its slot goes to the next message while this one waits
+            // for a delayed redelivery.
+            drop(slot);
+            let attempt = delivery.message().attempt();
+            let action = policy.decide(&handled, attempt);
+            settle(&delivery, &handled, action, &report, phase).await;
+        });
+    }
+    source.stop().await;
+    // Stop fetching is done; in-flight handlers get the grace period to finish.
+    let drained = tokio::time::timeout(settings.grace, async {
+        while tasks.join_next().await.is_some() {}
+    })
+    .await;
+    if drained.is_err() {
+        tracing::info!(
+            in_flight = tasks.len(),
+            "rerun-queue: shutdown grace is over; handlers still running are cut short and their messages handed back"
+        );
+        let _ = phase_tx.send(Phase::Abort);
+        while tasks.join_next().await.is_some() {}
+    }
+    ended?;
+    let report = *report.lock().unwrap_or_else(|p| p.into_inner());
+    Ok(report)
+}
+
+/// Runs the handler, telling the broker it is still working every so often; `None` when the
+/// shutdown cut it short.
+async fn process<D: Delivery, H: Handler + ?Sized>(
+    delivery: &D,
+    handler: &H,
+    mut phase: watch::Receiver<Phase>,
+) -> Option<Handled> {
+    let mut work = handler.handle(delivery.message());
+    let every = delivery.progress_every();
+    loop {
+        let tick = async {
+            match every {
+                Some(d) => tokio::time::sleep(d).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            handled = &mut work => return Some(handled),
+            _ = tick => {
+                // The broker would redeliver the message to another consumer when its timer
+                // runs out; rerun's lease is being renewed meanwhile, so this handler is alive.
+                if let Err(e) = delivery.progress().await {
+                    tracing::debug!(message = %delivery.message().describe(), error = %e, "rerun-queue: could not extend the redelivery timer");
+                }
+            }
+            _ = aborted(&mut phase) => {
+                // Dropping the handler future gives rerun's claim back (or leaves it to its
+                // lease): the message comes back and the next delivery runs it again.
+                return None;
+            }
+        }
+    }
+}
+
+async fn aborted(phase: &mut watch::Receiver<Phase>) {
+    let _ = phase.wait_for(|p| *p >= Phase::Abort).await;
+}
+
+fn count(report: &Mutex<Report>, f: impl FnOnce(&mut Report)) {
+    f(&mut report.lock().unwrap_or_else(|p| p.into_inner()));
+}
+
+async fn settle<D: Delivery>(
+    delivery: &D,
+    handled: &Handled,
+    action: Action,
+    report: &Mutex<Report>,
+    mut phase: watch::Receiver<Phase>,
+) {
+    let message = delivery.message();
+    let result = match action {
+        Action::Ack => {
+            let replayed = matches!(handled, Handled::Done { replayed: true });
+            let r = delivery.ack().await;
+            if r.is_ok() {
+                count(report, |r| {
+                    if replayed {
+                        r.replayed += 1
+                    } else {
+                        r.ran += 1
+                    }
+                });
+            }
+            r
+        }
+        Action::Redeliver(after) => {
+            if let Handled::Failed(f) = handled {
+                tracing::debug!(message = %message.describe(), reason = %f, ?after, "rerun-queue: redelivering later");
+            }
+            let r = tokio::select! {
+                r = delivery.redeliver(after) => r,
+                // A delayed requeue is not held up by a shutdown.
+                _ = aborted(&mut phase) => delivery.release().await,
+            };
+            if r.is_ok() {
+                count(report, |r| r.redelivered += 1);
+            }
+            r
+        }
+        Action::DeadLetter => {
+            let reason = match handled {
+                Handled::Failed(f) => f.reason.clone(),
+                Handled::Done { .. } => String::from("done"),
+            };
+            tracing::warn!(
+                subject = message.subject(),
+                message_id = message.id().unwrap_or(""),
+                attempt = message.attempt(),
+                reason = %reason,
+                "rerun-queue: message dead-lettered: {}",
+                message.describe()
+            );
+            let r = delivery.dead_letter(&reason).await;
+            if r.is_ok() {
+                count(report, |r| r.dead_lettered += 1);
+            }
+            r
+        }
+    };
+    if let Err(e) = result {
+        count(report, |r| r.settle_failures += 1);
+        tracing::warn!(message = %message.describe(), error = %e, ?action, "rerun-queue: the broker did not take the settlement; the message will be redelivered (and replayed if it was recorded)");
+    }
+}
+
+async fn settle_released<D: Delivery>(delivery: &D, report: &Mutex<Report>) {
+    match delivery.release().await {
+        Ok(()) => count(report, |r| r.released += 1),
+        Err(e) => {
+            count(report, |r| r.settle_failures += 1);
+            tracing::warn!(message = %delivery.message().describe(), error = %e, "rerun-queue: could not hand an unfinished message back; the broker redelivers it when its timer runs out");
+        }
+    }
+}

@@ -1,0 +1,469 @@
+//! Every row of the ack policy (contract 14), on real brokers: NATS JetStream and RabbitMQ.
+//! Each test runs on both; a broker whose URL variable is unset is skipped with a notice.
+
+mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::{eventually, unique, Broker, Rig};
+use rerun_core::record::ClaimRequest;
+use rerun_core::{Error, Holder, Idempotent, MemoryStore, Reconciled, Store};
+use rerun_queue::{handler, Message, Policy, Settings};
+use serde::{Deserialize, Serialize};
+use tokio::sync::oneshot;
+
+#[derive(Debug, Clone, Serialize, Deserialize, Idempotent)]
+#[rerun(scope = "acks.order")]
+struct Order {
+    #[rerun(key)]
+    id: String,
+    cents: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, Idempotent)]
+#[rerun(scope = "acks.charge", once)]
+struct Charge {
+    #[rerun(key)]
+    id: String,
+}
+
+fn body<T: Serialize>(t: &T) -> Vec<u8> {
+    serde_json::to_vec(t).expect("json")
+}
+
+fn order(id: &str) -> Vec<u8> {
+    body(&Order {
+        id: id.into(),
+        cents: 100,
+    })
+}
+
+fn fast() -> Settings {
+    Settings::new().max_in_flight(4).policy(
+        Policy::new()
+            .in_progress_delay(Duration::from_millis(200))
+            .backoff(Duration::from_millis(200), Duration::from_secs(1)),
+    )
+}
+
+async fn rig(broker: Broker, tag: &str) -> Option<Rig> {
+    // The consumers' warnings (dead letters name their message) show with --nocapture.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter("rerun_queue=warn")
+        .with_test_writer()
+        .try_init();
+    let url = broker.url()?;
+    Some(Rig::create(broker, &url, &unique(tag)).await)
+}
+
+/// Runs a consumer until `done` holds (or 15 s), then stops it.
+async fn consume_until<H, F, Fut>(
+    rig: &Rig,
+    handler: H,
+    settings: Settings,
+    done: F,
+) -> rerun_queue::Report
+where
+    H: rerun_queue::Handler,
+    F: FnMut() -> Fut + Send,
+    Fut: std::future::Future<Output = bool> + Send,
+{
+    let stop = async move {
+        eventually(Duration::from_secs(15), done).await;
+        // A delivery taken from the queue (AMQP counts it as gone) settles just after.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    };
+    rig.consume(handler, settings, stop).await
+}
+
+macro_rules! on_both {
+    ($($name:ident),* $(,)?) => {
+        mod nats {
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $name() { super::$name(super::Broker::Nats).await })*
+        }
+        mod amqp {
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $name() { super::$name(super::Broker::Amqp).await })*
+        }
+    };
+}
+
+on_both!(
+    acks_what_ran_and_what_replayed,
+    in_progress_comes_back_later,
+    retryable_errors_back_off_then_ack,
+    dead_letters_what_no_retry_fixes,
+    poison_does_not_block_the_others,
+    unknown_outcome_reconciled_or_dead_lettered,
+    slow_handler_keeps_its_message,
+);
+
+/// Row 1: ran and recorded → ack; the same event again (another message id) → replayed, ack.
+async fn acks_what_ran_and_what_replayed(broker: Broker) {
+    let Some(rig) = rig(broker, "ack").await else {
+        return;
+    };
+    let runs = Arc::new(AtomicUsize::new(0));
+    let deliveries = Arc::new(AtomicUsize::new(0));
+    let (r, d) = (runs.clone(), deliveries.clone());
+    let h = handler::typed(Arc::new(MemoryStore::new()), move |o: Order| {
+        // Called for every delivery; the future runs only when the key is claimed.
+        d.fetch_add(1, Ordering::SeqCst);
+        let r = r.clone();
+        async move {
+            r.fetch_add(1, Ordering::SeqCst);
+            Ok::<_, Error>(o.cents)
+        }
+    });
+    rig.publish(&order("o-1"), Some("m-1")).await;
+    rig.publish(&order("o-1"), Some("m-2")).await;
+    // One at a time, so the second copy finds the first recorded (not in progress).
+    let report = consume_until(&rig, h, fast().max_in_flight(1), || async {
+        deliveries.load(Ordering::SeqCst) >= 2 && rig.outstanding().await == 0
+    })
+    .await;
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    assert_eq!((report.ran, report.replayed), (1, 1), "{report:?}");
+    assert_eq!(rig.outstanding().await, 0);
+    rig.cleanup().await;
+}
+
+/// Row 2: another consumer holds the key → redelivered after a pause, then replayed once the
+/// holder recorded its result.
+async fn in_progress_comes_back_later(broker: Broker) {
+    let Some(rig) = rig(broker, "busy").await else {
+        return;
+    };
+    let store = Arc::new(MemoryStore::new());
+    let event = Order {
+        id: "o-busy".into(),
+        cents: 100,
+    };
+    let (release, released) = oneshot::channel::<()>();
+    let call = event.call().expect("call");
+    let holder_store = store.clone();
+    let holder = tokio::spawn(async move {
+        call.run_async(&*holder_store, async move {
+            let _ = released.await;
+            Ok::<_, Error>(100u64)
+        })
+        .await
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let runs = Arc::new(AtomicUsize::new(0));
+    let r = runs.clone();
+    let h = handler::typed(store, move |o: Order| {
+        let r = r.clone();
+        async move {
+            r.fetch_add(1, Ordering::SeqCst);
+            Ok::<_, Error>(o.cents)
+        }
+    });
+    rig.publish(&body(&event), Some("m-busy")).await;
+    let started = Instant::now();
+    let mut release = Some(release);
+    let report = consume_until(&rig, h, fast(), || {
+        if started.elapsed() > Duration::from_millis(900) {
+            if let Some(tx) = release.take() {
+                let _ = tx.send(());
+            }
+        }
+        let rig = &rig;
+        let late = started.elapsed() > Duration::from_millis(1000);
+        async move { late && rig.outstanding().await == 0 }
+    })
+    .await;
+    let held = holder.await.expect("holder task").expect("holder call");
+    assert!(!held.replayed);
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        0,
+        "the holder ran the body, not the consumer"
+    );
+    assert!(report.redelivered >= 2, "{report:?}");
+    assert!(report.redelivered <= 8, "not a hot loop: {report:?}");
+    assert_eq!(report.replayed, 1, "{report:?}");
+    rig.cleanup().await;
+}
+
+/// Row 3: a retryable error → redelivered with growing delays, then acked once it succeeds.
+async fn retryable_errors_back_off_then_ack(broker: Broker) {
+    let Some(rig) = rig(broker, "retry").await else {
+        return;
+    };
+    let runs = Arc::new(AtomicUsize::new(0));
+    let r = runs.clone();
+    let h = handler::typed(Arc::new(MemoryStore::new()), move |o: Order| {
+        let r = r.clone();
+        async move {
+            if r.fetch_add(1, Ordering::SeqCst) < 2 {
+                Err(Error::store_msg(None, "the database is restarting"))
+            } else {
+                Ok(o.cents)
+            }
+        }
+    });
+    rig.publish(&order("o-retry"), Some("m-retry")).await;
+    let started = Instant::now();
+    let report = consume_until(&rig, h, fast(), || {
+        let r = runs.load(Ordering::SeqCst);
+        let rig = &rig;
+        async move { r >= 3 && rig.outstanding().await == 0 }
+    })
+    .await;
+    assert_eq!(runs.load(Ordering::SeqCst), 3);
+    assert_eq!((report.ran, report.redelivered), (1, 2), "{report:?}");
+    // 200 ms, then 400 ms (AMQP classic counts stay at 2, so at least 200 + 200 there).
+    assert!(
+        started.elapsed() >= Duration::from_millis(400),
+        "{:?}",
+        started.elapsed()
+    );
+    rig.cleanup().await;
+}
+
+/// Row 4: payload mismatch, corrupt record, non-retryable error, undecodable body, no message
+/// id → each dead-lettered (JetStream: a copy on the dead-letter subject, then `Term`; AMQP:
+/// reject to the dead-letter exchange), and never retried.
+async fn dead_letters_what_no_retry_fixes(broker: Broker) {
+    let Some(rig) = rig(broker, "dead").await else {
+        return;
+    };
+    let store = Arc::new(MemoryStore::new());
+    // A record of o-mismatch with another payload.
+    let other = Order {
+        id: "o-mismatch".into(),
+        cents: 1,
+    };
+    other
+        .call()
+        .expect("call")
+        .run_async(&*store, async { Ok::<_, Error>(1u64) })
+        .await
+        .expect("planted");
+    // A corrupt record of o-corrupt: completed with bytes that are no record.
+    let corrupt = Order {
+        id: "o-corrupt".into(),
+        cents: 100,
+    };
+    let key = corrupt.idempotency_key();
+    let fp = corrupt.fingerprint().expect("fingerprint");
+    let holder = Holder::current();
+    let claimed = Store::claim(
+        &*store,
+        &ClaimRequest {
+            key: &key,
+            fingerprint: &fp,
+            holder: &holder,
+            lease: Duration::from_secs(30),
+            once: false,
+            steal: None,
+        },
+    )
+    .expect("claim");
+    let rerun_core::record::ClaimResponse::Claimed(claim) = claimed else {
+        panic!("not claimed: {claimed:?}")
+    };
+    Store::complete(
+        &*store,
+        &claim,
+        b"\xffnot a record",
+        Duration::from_secs(60),
+    )
+    .expect("complete");
+
+    let runs = Arc::new(AtomicUsize::new(0));
+    let r = runs.clone();
+    let h = handler::typed(store.clone(), move |o: Order| {
+        let r = r.clone();
+        async move {
+            r.fetch_add(1, Ordering::SeqCst);
+            if o.id == "o-fatal" {
+                Err(Error::config("this order can never be handled"))
+            } else {
+                Ok(o.cents)
+            }
+        }
+    });
+    rig.publish(&order("o-mismatch"), Some("m-1")).await;
+    rig.publish(&order("o-corrupt"), Some("m-2")).await;
+    rig.publish(&order("o-fatal"), Some("m-3")).await;
+    rig.publish(b"{\"id\": 42", Some("m-4")).await;
+    rig.publish(&order("o-fine"), Some("m-5")).await;
+    let report = consume_until(&rig, h, fast(), || async {
+        rig.outstanding().await == 0 && rig.dead_letters().await >= 4
+    })
+    .await;
+    assert_eq!(report.dead_lettered, 4, "{report:?}");
+    assert_eq!(report.ran, 1, "{report:?}");
+    assert_eq!(report.redelivered, 0, "nothing retried: {report:?}");
+    assert_eq!(runs.load(Ordering::SeqCst), 2, "o-fatal once, o-fine once");
+    assert_eq!(rig.dead_letters().await, 4);
+
+    // Keyed by message id: a message without one is dead-lettered.
+    let by_id = handler::by_message_id(store, "acks.by_id", |m: Message| async move {
+        Ok::<_, Error>(m.body().len())
+    });
+    rig.publish(b"no id", None).await;
+    rig.publish(b"with id", Some("m-6")).await;
+    let report = consume_until(&rig, by_id, fast(), || async {
+        rig.outstanding().await == 0 && rig.dead_letters().await >= 5
+    })
+    .await;
+    assert_eq!((report.ran, report.dead_lettered), (1, 1), "{report:?}");
+    rig.cleanup().await;
+}
+
+/// A poison message (undecodable, and one failing retryably for ever) must not block the
+/// others, even with one handler in flight.
+async fn poison_does_not_block_the_others(broker: Broker) {
+    let Some(rig) = rig(broker, "poison").await else {
+        return;
+    };
+    let runs = Arc::new(AtomicUsize::new(0));
+    let r = runs.clone();
+    let h = handler::typed(Arc::new(MemoryStore::new()), move |o: Order| {
+        let r = r.clone();
+        async move {
+            if o.id == "o-sick" {
+                return Err(Error::store_msg(None, "always failing"));
+            }
+            r.fetch_add(1, Ordering::SeqCst);
+            Ok(o.cents)
+        }
+    });
+    rig.publish(b"\x00\x01 poison", Some("p-1")).await;
+    rig.publish(&order("o-sick"), Some("p-2")).await;
+    for i in 0..10 {
+        rig.publish(&order(&format!("o-{i}")), Some(&format!("m-{i}")))
+            .await;
+    }
+    let settings = Settings::new().max_in_flight(1).policy(
+        Policy::new()
+            .backoff(Duration::from_millis(300), Duration::from_secs(2))
+            .max_deliveries(Some(4)),
+    );
+    let report = consume_until(&rig, h, settings, || {
+        let n = runs.load(Ordering::SeqCst);
+        let rig = &rig;
+        async move { n >= 10 && rig.dead_letters().await >= 2 && rig.outstanding().await == 0 }
+    })
+    .await;
+    assert_eq!(runs.load(Ordering::SeqCst), 10, "{report:?}");
+    assert_eq!(report.ran, 10, "{report:?}");
+    assert_eq!(
+        report.dead_lettered, 2,
+        "the undecodable one, and the sick one after 4 deliveries: {report:?}"
+    );
+    rig.cleanup().await;
+}
+
+/// Row 5: an earlier `once` attempt died mid-body → reconciled when the handler has
+/// `reconcile` (then acked), dead-lettered when it has not.
+async fn unknown_outcome_reconciled_or_dead_lettered(broker: Broker) {
+    let Some(rig) = rig(broker, "unknown").await else {
+        return;
+    };
+    let store = Arc::new(MemoryStore::new());
+    for id in ["c-1", "c-2"] {
+        let c = Charge { id: id.into() };
+        let key = c.idempotency_key();
+        let fp = c.fingerprint().expect("fingerprint");
+        let holder = Holder::current();
+        let claimed = Store::claim(
+            &*store,
+            &ClaimRequest {
+                key: &key,
+                fingerprint: &fp,
+                holder: &holder,
+                lease: Duration::from_secs(30),
+                once: true,
+                steal: None,
+            },
+        )
+        .expect("claim");
+        let rerun_core::record::ClaimResponse::Claimed(claim) = claimed else {
+            panic!("not claimed")
+        };
+        Store::mark_unknown(&*store, &claim).expect("unknown");
+    }
+    let runs = Arc::new(AtomicUsize::new(0));
+    let r = runs.clone();
+    let plain = handler::typed(store.clone(), move |_: Charge| {
+        let r = r.clone();
+        async move {
+            r.fetch_add(1, Ordering::SeqCst);
+            Ok::<_, Error>("charged".to_owned())
+        }
+    });
+    rig.publish(&body(&Charge { id: "c-1".into() }), Some("m-1"))
+        .await;
+    let report = consume_until(&rig, plain, fast(), || async {
+        rig.outstanding().await == 0 && rig.dead_letters().await >= 1
+    })
+    .await;
+    assert_eq!(report.dead_lettered, 1, "{report:?}");
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        0,
+        "a once body never starts twice"
+    );
+
+    let r = runs.clone();
+    let reconciled = handler::typed(store, move |_: Charge| {
+        let r = r.clone();
+        async move {
+            r.fetch_add(1, Ordering::SeqCst);
+            Ok::<_, Error>("charged".to_owned())
+        }
+    })
+    .reconcile(|c: Charge| async move {
+        // The provider says the charge went through.
+        Ok::<_, Error>(Reconciled::Done(format!("charged {}", c.id)))
+    });
+    rig.publish(&body(&Charge { id: "c-2".into() }), Some("m-2"))
+        .await;
+    let report = consume_until(&rig, reconciled, fast(), || async {
+        rig.outstanding().await == 0
+    })
+    .await;
+    assert_eq!((report.ran, report.dead_lettered), (1, 0), "{report:?}");
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        0,
+        "reconciled as done: the body did not run"
+    );
+    rig.cleanup().await;
+}
+
+/// While a slow handler runs, the broker's redelivery timer is extended (JetStream
+/// `AckProgress`): a second consumer never gets the message meanwhile.
+async fn slow_handler_keeps_its_message(broker: Broker) {
+    let Some(url) = broker.url() else { return };
+    let rig = Rig::create_with(broker, &url, &unique("slow"), Duration::from_secs(1)).await;
+    let store = Arc::new(MemoryStore::new());
+    let starts = Arc::new(AtomicUsize::new(0));
+    let make = |starts: Arc<AtomicUsize>| {
+        handler::typed(store.clone(), move |o: Order| {
+            let starts = starts.clone();
+            async move {
+                starts.fetch_add(1, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(3500)).await;
+                Ok::<_, Error>(o.cents)
+            }
+        })
+    };
+    rig.publish(&order("o-slow"), Some("m-slow")).await;
+    let done = || async { rig.outstanding().await == 0 };
+    let (a, b) = tokio::join!(
+        consume_until(&rig, make(starts.clone()), fast(), done),
+        consume_until(&rig, make(starts.clone()), fast(), done),
+    );
+    assert_eq!(starts.load(Ordering::SeqCst), 1, "{a:?} {b:?}");
+    assert_eq!(a.ran + b.ran, 1, "{a:?} {b:?}");
+    assert_eq!(a.redelivered + b.redelivered, 0, "{a:?} {b:?}");
+    rig.cleanup().await;
+}
