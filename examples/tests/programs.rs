@@ -81,8 +81,41 @@ fn http() {
     );
 }
 
-fn orders(bin: &str) {
-    let out = deterministic(bin);
+/// The order-events examples need PostgreSQL and their broker: they run when the tests' URLs
+/// are set (and are handed to the example), and skip with a notice otherwise, unless
+/// `RERUN_REQUIRE_SERVICES=1`.
+fn orders(bin: &str, broker_var: &str, example_var: &str) {
+    let (Ok(pg), Ok(broker)) = (
+        std::env::var("RERUN_TEST_POSTGRES_URL"),
+        std::env::var(broker_var),
+    ) else {
+        assert!(
+            std::env::var("RERUN_REQUIRE_SERVICES").as_deref() != Ok("1"),
+            "RERUN_REQUIRE_SERVICES=1 but RERUN_TEST_POSTGRES_URL or {broker_var} is unset"
+        );
+        eprintln!("note: set RERUN_TEST_POSTGRES_URL and {broker_var} to run {bin}; skipped");
+        return;
+    };
+    let run_with = || {
+        let out = Command::new(bin)
+            .env("RERUN_EXAMPLE_POSTGRES_URL", &pg)
+            .env(example_var, &broker)
+            .output()
+            .expect("the example starts");
+        assert!(
+            out.status.success(),
+            "{bin} failed: {}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let out = run_with();
+    assert_eq!(
+        out,
+        run_with(),
+        "{bin} printed something else on its second run"
+    );
     assert!(out.contains("4 handled, 1 replayed"), "{out}");
     for order in ["o-1", "o-2", "o-3", "o-4"] {
         assert!(out.contains(order), "{out}");
@@ -92,10 +125,18 @@ fn orders(bin: &str) {
 
 #[test]
 fn orders_nats() {
-    orders(env!("CARGO_BIN_EXE_orders_nats"));
+    orders(
+        env!("CARGO_BIN_EXE_orders_nats"),
+        "RERUN_TEST_NATS_URL",
+        "RERUN_EXAMPLE_NATS_URL",
+    );
 }
 
 #[test]
 fn orders_amqp() {
-    orders(env!("CARGO_BIN_EXE_orders_amqp"));
+    orders(
+        env!("CARGO_BIN_EXE_orders_amqp"),
+        "RERUN_TEST_AMQP_URL",
+        "RERUN_EXAMPLE_AMQP_URL",
+    );
 }
