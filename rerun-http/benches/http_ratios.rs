@@ -1,9 +1,10 @@
 //! Requests per second through `IdempotencyLayer` against the same axum handler without it,
 //! in one run, over real HTTP on loopback (one keep-alive connection, requests one after
 //! another, so each figure is a latency): fresh keys (claim, handler, record) and replayed
-//! keys (one claim that finds the record), on SQLite and, with `RERUN_BENCH_REDIS_URL` set,
-//! on Redis. A line per store also times one replayed call straight on the store (a round
-//! trip), to compare with what the layer adds.
+//! keys (one claim that finds the record), on the memory store (what the layer itself costs),
+//! SQLite and, with `RERUN_BENCH_REDIS_URL` set, Redis. Two lines per store also time one replayed call straight on the store (a round
+//! trip), through the blocking client and through the async one the layer uses, to compare
+//! with what the layer adds.
 //!
 //! ```text
 //! RERUN_BENCH_REDIS_URL=redis://127.0.0.1:6379 cargo bench -p rerun-http --bench http_ratios
@@ -89,6 +90,26 @@ fn round_trip(store: &dyn DynStore, tag: &str, n: usize) -> f64 {
     started.elapsed().as_secs_f64() * 1e6 / n as f64
 }
 
+/// Microseconds per replayed call through the async client, on the runtime serving the layer:
+/// the store round trip the layer itself makes.
+async fn round_trip_async(store: &dyn DynStore, tag: &str, n: usize) -> f64 {
+    let call = || async {
+        Call::new("bench.round_trip", tag)
+            .run_async(store, async { Ok::<_, Error>(1u32) })
+            .await
+    };
+    if let Err(e) = call().await {
+        panic!("{e}");
+    }
+    let started = Instant::now();
+    for _ in 0..n {
+        if let Err(e) = call().await {
+            panic!("{e}");
+        }
+    }
+    started.elapsed().as_secs_f64() * 1e6 / n as f64
+}
+
 fn row(case: &str, us: f64, bare: f64) {
     println!(
         "| {case:<28} | {:>8.0} | {:>7.0} | {:>11.2}x |",
@@ -106,6 +127,8 @@ fn main() {
     };
     let mut stores: Vec<(&str, Arc<dyn DynStore>)> = Vec::new();
     let mut redis_prefix = None;
+    // The memory store's round trip is a map lookup: its rows show what the layer itself costs.
+    stores.push(("Memory", Arc::new(rerun_core::MemoryStore::new())));
     match rerun_core::SqliteStore::open(dir.path().join("bench.sqlite3")) {
         Ok(s) => stores.push(("SQLite", Arc::new(s))),
         Err(e) => panic!("{e}"),
@@ -161,15 +184,21 @@ fn main() {
             time(&http, &url, 1, |_| Some("replayed".into())).await;
             let replayed = time(&http, &url, n, |_| Some("replayed".into())).await;
             row(&format!("{name}: replayed key"), replayed, bare);
+            let trip_async = round_trip_async(&**store, "rt-async", n).await;
             let store = store.clone();
             let trip = tokio::task::spawn_blocking(move || round_trip(&*store, "rt", n))
                 .await
                 .unwrap_or(f64::NAN);
-            println!(
-                "| {:<28} |          | {:>7.0} |              |",
-                format!("{name}: one store round trip"),
-                trip
-            );
+            for (what, us) in [
+                ("round trip, sync", trip),
+                ("round trip, async", trip_async),
+            ] {
+                println!(
+                    "| {:<28} |          | {:>7.0} |              |",
+                    format!("{name}: {what}"),
+                    us
+                );
+            }
         }
     });
     // The bench's Redis keys go now (the SQLite file goes with its directory).

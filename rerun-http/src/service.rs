@@ -175,8 +175,8 @@ fn route_of(parts: &http::request::Parts) -> Option<&str> {
     }
 }
 
-/// A request with a key: read, fingerprinted, then run once on a task of its own (a client
-/// that hangs up does not cut the handler short), recorded and returned, or replayed.
+/// A request with a key: read, fingerprinted, then run once (to completion even if the client
+/// hangs up), recorded and returned, or replayed.
 async fn handle<S, ReqBody, ResBody>(
     config: Arc<IdempotencyLayer>,
     mut inner: S,
@@ -241,7 +241,9 @@ where
         .options(config.options);
     let req = Request::from_parts(parts, RequestBody::buffered(body));
     let max_body = config.max_body;
-    let run = tokio::spawn(async move {
+    // Polled on this request's task; if the client hangs up and the future is dropped, the
+    // rest of it (handler, record) goes on on a task of its own, and the retry replays it.
+    let run = CatchPanic(Box::pin(rerun_core::runtime::detach(async move {
         call.run_async(store.get(), async move {
             let response = match CatchPanic(Box::pin(inner.call(req))).await {
                 Ok(response) => response,
@@ -254,7 +256,7 @@ where
             capture(response, max_body).await
         })
         .await
-    });
+    })));
     match run.await {
         Ok(Ok(outcome)) => Ok(outcome.value.into_response(outcome.replayed)),
         Ok(Err(Failure::Rerun(e))) => Ok(problem_of(&e)),
@@ -266,16 +268,16 @@ where
             );
             Ok(handler_failed())
         }
-        Err(e) if once && e.is_panic() => {
+        Err(()) if once => {
             tracing::error!(
                 "rerun-http: an at-most-once handler panicked; its outcome is unknown and it will not run again for this key"
             );
             Ok(problem_of(&unknown))
         }
-        Err(e) => {
-            // A panic outside the handler (in reading its body, say; its claim is released as
-            // the panic unwinds through the call), or the runtime is shutting down.
-            tracing::error!(error = %e, "rerun-http: the request did not finish; nothing was recorded");
+        Err(()) => {
+            // A panic outside the handler (in reading its response, say): its claim was
+            // released as the panic unwound through the call.
+            tracing::error!("rerun-http: the request did not finish; nothing was recorded");
             Ok(handler_failed())
         }
     }

@@ -13,4 +13,7 @@ mod steps;
 pub mod telemetry;
 
 pub use call::{Call, Outcome, Reconciled};
+#[cfg(feature = "tokio")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
+pub use detached::{detach, Detached};
 pub use options::{Options, MAX_DURATION, MIN_LEASE};
