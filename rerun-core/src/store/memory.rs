@@ -44,8 +44,13 @@ pub struct MemoryStore {
     inner: Arc<Inner>,
 }
 
+/// The records. Boxed, so that growing the map moves a key and a pointer per record rather than
+/// the whole record; hashed with a per-store random seed (foldhash's quality hasher), so keys a
+/// caller chooses cannot be made to collide.
+type Records = HashMap<Key, Box<LocalRecord>, foldhash::quality::RandomState>;
+
 struct Inner {
-    records: Mutex<HashMap<Key, LocalRecord>>,
+    records: Mutex<Records>,
     fences: AtomicU64,
     clock: Arc<dyn Clock>,
 }
@@ -60,7 +65,7 @@ impl MemoryStore {
     pub fn with_clock(clock: impl Clock) -> MemoryStore {
         MemoryStore {
             inner: Arc::new(Inner {
-                records: Mutex::new(HashMap::new()),
+                records: Mutex::new(Records::default()),
                 fences: AtomicU64::new(0),
                 clock: Arc::new(clock),
             }),
@@ -77,7 +82,7 @@ impl MemoryStore {
         self.len() == 0
     }
 
-    fn records(&self) -> MutexGuard<'_, HashMap<Key, LocalRecord>> {
+    fn records(&self) -> MutexGuard<'_, Records> {
         // A panic while the lock is held cannot leave a record half-written (every update is a
         // single assignment), so a poisoned lock is still consistent.
         self.inner
@@ -118,7 +123,8 @@ impl Store for MemoryStore {
         let now = self.inner.clock.now();
         let boot = crate::holder::this_boot();
         let mut records = self.records();
-        let current = records.get(req.key);
+        let current = records.get(req.key).map(|r| &**r);
+        let existed = current.is_some();
         match decide(current, req, now, boot) {
             Decision::Replay => {
                 let rec =
@@ -143,7 +149,20 @@ impl Store for MemoryStore {
             }
             Decision::Claim { abandoned } => {
                 let fence = self.inner.fences.fetch_add(1, Ordering::Relaxed) + 1;
-                records.insert(req.key.clone(), LocalRecord::claimed(req, fence, now));
+                let claimed = LocalRecord::claimed(req, fence, now);
+                // A record that was there is overwritten in place (no allocation); a new key
+                // is hashed once more, by the insert.
+                let slot = if existed {
+                    records.get_mut(req.key)
+                } else {
+                    None
+                };
+                match slot {
+                    Some(rec) => **rec = claimed,
+                    None => {
+                        records.insert(req.key.clone(), Box::new(claimed));
+                    }
+                }
                 Ok(ClaimResponse::Claimed(Claim::granted(
                     req, fence, abandoned,
                 )))
