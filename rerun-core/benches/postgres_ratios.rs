@@ -86,7 +86,8 @@ impl Raw {
 
     /// One call: claim-or-fetch, then (if claimed) complete.
     async fn call(&self, key: &Key) {
-        let (scope, id) = (key.scope().as_bytes(), key.id().as_bytes());
+        // Text, as the store binds them (its escaping leaves these ASCII keys as they are).
+        let (scope, id) = (key.scope(), key.id());
         let row = self
             .client
             .query_one(
@@ -137,7 +138,9 @@ impl Floor {
         format!("{rerun_table}_floor")
     }
 
-    async fn connect(url: &str, table: &str) -> Floor {
+    /// Creates the floor's table, once, before any caller connects (concurrent `CREATE TABLE IF
+    /// NOT EXISTS` statements race on the catalog).
+    async fn create(url: &str, table: &str) {
         let (client, connection) = tokio_postgres::connect(url, NoTls)
             .await
             .expect("floor connect");
@@ -148,6 +151,13 @@ impl Floor {
             ))
             .await
             .expect("floor table");
+    }
+
+    async fn connect(url: &str, table: &str) -> Floor {
+        let (client, connection) = tokio_postgres::connect(url, NoTls)
+            .await
+            .expect("floor connect");
+        tokio::spawn(connection);
         let insert = client
             .prepare(&format!(
                 "INSERT INTO \"{table}\" (scope, id) VALUES ($1, $2) ON CONFLICT DO NOTHING"
@@ -314,8 +324,13 @@ fn raw_sync(
                     .enable_all()
                     .build()
                     .expect("rt");
-                let raw = rt.block_on(Bare::connect(url, store, table, baseline));
+                // Past the barrier whatever happens, so that a failed connect ends the run
+                // with its panic rather than leaving the others waiting.
+                let raw = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    rt.block_on(Bare::connect(url, store, table, baseline))
+                }));
                 ready.wait();
+                let raw = raw.unwrap_or_else(|p| std::panic::resume_unwind(p));
                 let mut i = 0;
                 while !w.stop.load(Ordering::Relaxed) {
                     rt.block_on(raw.call(kind, &key(Bare::scope(baseline), run, kind, c, i)));
@@ -551,6 +566,7 @@ fn main() {
         .build()
         .expect("rt");
 
+    rt.block_on(Floor::create(&url, &Floor::table(&table)));
     // Warm up: connections, prepared statements, the repeated keys of every caller.
     let _ = rerun_sync(&store, Kind::Repeated, 16, Duration::from_millis(300));
     let _ = raw_sync(

@@ -387,6 +387,19 @@ impl RedisStore {
         &self.inner.prefix
     }
 
+    /// The Lua source of the claim-or-fetch (`"claim"`) and completion (`"complete"`) scripts
+    /// as this store loads them (the shared layout code included), so that benchmarks can run
+    /// the very same scripts on a raw client.
+    #[doc(hidden)]
+    pub fn script_source(&self, name: &str) -> Option<&str> {
+        let index = match name {
+            "claim" => 0,
+            "complete" => 1,
+            _ => return None,
+        };
+        self.inner.scripts.sources.get(index).map(String::as_str)
+    }
+
     /// The Redis key of a record: `PREFIX{SCOPE:ID}`, escaped so that no two keys share it.
     ///
     /// ```no_run
