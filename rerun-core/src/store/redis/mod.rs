@@ -387,6 +387,24 @@ impl RedisStore {
         &self.inner.prefix
     }
 
+    /// Deletes the key's record, only if its fence is `fence` when that is a number (`Arg::Bytes(b"")`:
+    /// whatever its fence); whether a record was deleted.
+    fn forget_where(&self, key: &Key, fence: Arg<'_>) -> Result<bool, Error> {
+        let record = self.record_key(key);
+        let reply = self.sync_script(
+            key,
+            "forgetting the key",
+            self.inner.response_timeout,
+            &self.inner.scripts.forget,
+            &record,
+            &[Arg::Num(FENCE_KEEP_MS), fence],
+        )?;
+        match reply {
+            Value::Int(n) => Ok(n == 1),
+            other => Err(unexpected(key, "forgetting the key", &other)),
+        }
+    }
+
     /// The Lua source of the claim-or-fetch (`"claim"`) and completion (`"complete"`) scripts
     /// as this store loads them (the shared layout code included), so that benchmarks can run
     /// the very same scripts on a raw client.
@@ -645,35 +663,11 @@ impl Store for RedisStore {
     }
 
     fn forget(&self, key: &Key) -> Result<bool, Error> {
-        let record = self.record_key(key);
-        let reply = self.sync_script(
-            key,
-            "forgetting the key",
-            self.inner.response_timeout,
-            &self.inner.scripts.forget,
-            &record,
-            &[Arg::Num(FENCE_KEEP_MS), Arg::Bytes(b"")],
-        )?;
-        match reply {
-            Value::Int(n) => Ok(n == 1),
-            other => Err(unexpected(key, "forgetting the key", &other)),
-        }
+        self.forget_where(key, Arg::Bytes(b""))
     }
 
     fn forget_if(&self, key: &Key, fence: crate::record::Fence) -> Result<bool, Error> {
-        let record = self.record_key(key);
-        let reply = self.sync_script(
-            key,
-            "forgetting the key",
-            self.inner.response_timeout,
-            &self.inner.scripts.forget,
-            &record,
-            &[Arg::Num(FENCE_KEEP_MS), Arg::Num(fence)],
-        )?;
-        match reply {
-            Value::Int(n) => Ok(n == 1),
-            other => Err(unexpected(key, "forgetting the key", &other)),
-        }
+        self.forget_where(key, Arg::Num(fence))
     }
 
     fn inspect(&self, key: &Key) -> Result<Option<RecordView>, Error> {
