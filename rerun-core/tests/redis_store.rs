@@ -342,6 +342,87 @@ fn a_newer_schema_is_corrupt_naming_both_versions_and_left_untouched() {
     cleanup(&url, &name);
 }
 
+/// The claim answers a replay from the record's string before anything else: a completed record
+/// damaged in any field (a number, the holder's length, the length itself) must still be found
+/// corrupt, never replayed, and left as it is.
+#[test]
+fn a_damaged_completed_record_is_corrupt_not_replayed() {
+    let Some(url) = url() else { return };
+    let name = unique("damaged");
+    let store = store(&url, &name);
+    let mut conn = raw(&url);
+    let recorded = Call::new("s", "whole").run(&store, || Ok::<_, Error>(7u32));
+    assert!(matches!(recorded, Ok(ref o) if !o.replayed), "{recorded:?}");
+    let whole: Vec<u8> = redis::cmd("GET")
+        .arg(store.record_key(&Key::new("s", "whole")))
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(&whole[..2], format!("{SCHEMA_VERSION}c").as_bytes());
+    // Byte ranges of the layout (prelude.lua), 0-based: fence 3..19, lease 19..35, expiry
+    // 35..51, changed 51..67, holder length 99..103. A `z`, not an `x`: "0x00…" is a number
+    // to Lua's `tonumber`.
+    let damaged: Vec<(&str, Vec<u8>)> = vec![
+        ("fence", {
+            let mut r = whole.clone();
+            r[5] = b'z';
+            r
+        }),
+        ("lease end", {
+            let mut r = whole.clone();
+            r[20] = b'z';
+            r
+        }),
+        ("expiry", {
+            let mut r = whole.clone();
+            r[40] = b'z';
+            r
+        }),
+        ("changed", {
+            let mut r = whole.clone();
+            r[60] = b'z';
+            r
+        }),
+        ("holder length", {
+            let mut r = whole.clone();
+            r[101] = b'z';
+            r
+        }),
+        ("truncated holder", {
+            let mut r = whole.clone();
+            r[99..103].copy_from_slice(b"9999");
+            r
+        }),
+        ("short header", whole[..90].to_vec()),
+    ];
+    for (what, bytes) in damaged {
+        let key = Key::new("s", what);
+        let rk = store.record_key(&key);
+        let _: () = redis::cmd("SET")
+            .arg(&rk)
+            .arg(&bytes)
+            .query(&mut conn)
+            .unwrap();
+        let ran = Call::new("s", what).run(&store, || Ok::<_, Error>(8u32));
+        assert!(matches!(ran, Err(Error::Corrupt { .. })), "{what}: {ran:?}");
+        let after: Vec<u8> = redis::cmd("GET").arg(&rk).query(&mut conn).unwrap();
+        assert_eq!(after, bytes, "{what}: the record was changed");
+    }
+    // The whole record still replays, and another payload is still a mismatch.
+    let again = Call::new("s", "whole").run(&store, || Ok::<_, Error>(9u32));
+    assert!(
+        matches!(again, Ok(ref o) if o.replayed && o.value == 7),
+        "{again:?}"
+    );
+    let other = Call::new("s", "whole")
+        .payload(&1u8)
+        .run(&store, || Ok::<_, Error>(9u32));
+    assert!(
+        matches!(other, Err(Error::PayloadMismatch { .. })),
+        "{other:?}"
+    );
+    cleanup(&url, &name);
+}
+
 #[test]
 fn another_type_at_the_key_is_corrupt() {
     let Some(url) = url() else { return };

@@ -41,10 +41,17 @@ impl Scripts {
             include_str!("inspect.lua"),
         ]
         .iter()
-        .map(|code| {
+        .enumerate()
+        .map(|(i, code)| {
+            let format = SCHEMA_VERSION.to_string();
+            // The claim answers a replay before the shared code is built (see replay.lua).
+            let mut source = if i == 0 {
+                include_str!("replay.lua").replace("@FORMAT@", &format) + "\n"
+            } else {
+                String::new()
+            };
             // Every script carries the shared layout code; its version is the format.
-            let mut source =
-                include_str!("prelude.lua").replace("@FORMAT@", &SCHEMA_VERSION.to_string());
+            source.push_str(&include_str!("prelude.lua").replace("@FORMAT@", &format));
             source.push('\n');
             source.push_str(code);
             source
