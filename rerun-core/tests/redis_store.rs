@@ -361,37 +361,18 @@ fn a_damaged_completed_record_is_corrupt_not_replayed() {
     // Byte ranges of the layout (prelude.lua), 0-based: fence 3..19, lease 19..35, expiry
     // 35..51, changed 51..67, holder length 99..103. A `z`, not an `x`: "0x00…" is a number
     // to Lua's `tonumber`.
+    let with = |at: usize, bytes: &[u8]| {
+        let mut r = whole.clone();
+        r[at..at + bytes.len()].copy_from_slice(bytes);
+        r
+    };
     let damaged: Vec<(&str, Vec<u8>)> = vec![
-        ("fence", {
-            let mut r = whole.clone();
-            r[5] = b'z';
-            r
-        }),
-        ("lease end", {
-            let mut r = whole.clone();
-            r[20] = b'z';
-            r
-        }),
-        ("expiry", {
-            let mut r = whole.clone();
-            r[40] = b'z';
-            r
-        }),
-        ("changed", {
-            let mut r = whole.clone();
-            r[60] = b'z';
-            r
-        }),
-        ("holder length", {
-            let mut r = whole.clone();
-            r[101] = b'z';
-            r
-        }),
-        ("truncated holder", {
-            let mut r = whole.clone();
-            r[99..103].copy_from_slice(b"9999");
-            r
-        }),
+        ("fence", with(5, b"z")),
+        ("lease end", with(20, b"z")),
+        ("expiry", with(40, b"z")),
+        ("changed", with(60, b"z")),
+        ("holder length", with(101, b"z")),
+        ("truncated holder", with(99, b"9999")),
         ("short header", whole[..90].to_vec()),
     ];
     for (what, bytes) in damaged {
