@@ -40,8 +40,10 @@ pub fn open_app_db(dir: &Path) -> Result<Connection, AppError> {
 pub fn migrate_v3(store: &SqliteStore, db: &Connection) -> Result<Migrated, AppError> {
     MIGRATION_RUNS.fetch_add(1, Ordering::SeqCst);
     // One transaction: if the process dies midway, nothing of it stays and the next start
-    // runs it afresh.
-    let tx = db.unchecked_transaction()?;
+    // runs it afresh. Immediate: it takes the write lock before reading, waiting (busy
+    // timeout) for the other instance's writes; a deferred one would fail "database is
+    // locked" when it tries to write after another connection has.
+    let tx = rusqlite::Transaction::new_unchecked(db, rusqlite::TransactionBehavior::Immediate)?;
     let has_points: bool = tx.query_row(
         "SELECT count(*) > 0 FROM pragma_table_info('customers') WHERE name = 'points'",
         [],
