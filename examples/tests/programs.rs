@@ -3,7 +3,12 @@
 use std::process::Command;
 
 fn run(bin: &str) -> String {
-    let out = Command::new(bin).output().expect("the example starts");
+    output_of(&mut Command::new(bin), bin)
+}
+
+/// What `cmd` (running `bin`) printed; it must exit 0.
+fn output_of(cmd: &mut Command, bin: &str) -> String {
+    let out = cmd.output().expect("the example starts");
     assert!(
         out.status.success(),
         "{bin} failed: {}\n{}",
@@ -97,18 +102,12 @@ fn orders(bin: &str, broker_var: &str, example_var: &str) {
         return;
     };
     let run_with = || {
-        let out = Command::new(bin)
-            .env("RERUN_EXAMPLE_POSTGRES_URL", &pg)
-            .env(example_var, &broker)
-            .output()
-            .expect("the example starts");
-        assert!(
-            out.status.success(),
-            "{bin} failed: {}\n{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        output_of(
+            Command::new(bin)
+                .env("RERUN_EXAMPLE_POSTGRES_URL", &pg)
+                .env(example_var, &broker),
+            bin,
+        )
     };
     let out = run_with();
     assert_eq!(
