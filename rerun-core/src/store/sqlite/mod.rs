@@ -1,7 +1,9 @@
 //! `SqliteStore`: the embedded default. One file shared by every process of one host.
 //!
-//! Shape of the costs: a repeated call is one read (no write lock); a fresh call is that read,
-//! one `BEGIN IMMEDIATE` transaction that re-reads and claims, and one `UPDATE` that completes.
+//! Shape of the costs: a repeated call is one read (no write lock); a fresh call is two
+//! transactions, one that reads the record and claims the key (a deferred transaction,
+//! upgraded to a write; when another connection wrote in between, again under `BEGIN
+//! IMMEDIATE`, which waits for the write lock) and one `UPDATE` that completes.
 //! The journal is WAL. Replayable claims commit with `synchronous=NORMAL` (durable against a
 //! crash of the process, which is what a replayable function needs); claims of `once` functions
 //! commit with `synchronous=FULL`, so a power loss cannot forget that the body may have started.
@@ -134,6 +136,26 @@ impl SqliteOptions {
 impl Default for SqliteOptions {
     fn default() -> Self {
         SqliteOptions::new()
+    }
+}
+
+/// How a claim's transaction begins.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Begin {
+    /// A reader until its first write, which upgrades it if no other connection wrote since
+    /// its read. A replay never waits for the write lock.
+    Deferred,
+    /// Takes the write lock (waiting for it) before reading, so the read and the claim are
+    /// one atomic step: two processes cannot both see "absent".
+    Immediate,
+}
+
+impl Begin {
+    fn sql(self) -> &'static str {
+        match self {
+            Begin::Deferred => "BEGIN DEFERRED",
+            Begin::Immediate => "BEGIN IMMEDIATE",
+        }
     }
 }
 
@@ -415,6 +437,77 @@ impl SqliteStore {
     fn claim_deadline(&self, lease: Duration) -> Duration {
         call_deadline(self.inner.busy_timeout, lease)
     }
+
+    /// One claim transaction: reads the record, answers from it, or claims the key.
+    ///
+    /// `Ok(None)` only from [`Begin::Deferred`], with the transaction still open for the caller
+    /// to roll back: the claim needs the write lock first. Either another connection wrote since
+    /// this one read (SQLite then refuses the upgrade: `SQLITE_BUSY_SNAPSHOT`), or holds the
+    /// write lock now (an upgrade does not wait for it), or the claim is of a `once` function,
+    /// whose commit must be a full sync and durability cannot change inside a transaction.
+    fn claim_in(
+        &self,
+        conn: &Connection,
+        req: &ClaimRequest<'_>,
+        begin: Begin,
+    ) -> Result<Option<ClaimResponse>, Error> {
+        let key = req.key;
+        let step = |sql: &str, what: &str| {
+            conn.prepare_cached(sql)
+                .and_then(|mut s| s.execute([]))
+                .map_err(|e| sql_err(Some(key), what, e))
+        };
+        step(begin.sql(), "claiming")?;
+        let mut current = self.read(conn, key)?;
+        let now = self.inner.clock.now();
+        let decision = decide(current.as_ref(), req, now, this_boot());
+        if let Some(answer) = self.answer(req, decision.clone(), current.as_mut()) {
+            step("COMMIT", "claiming")?;
+            return Ok(Some(answer));
+        }
+        let Decision::Claim { abandoned } = decision else {
+            return Err(Error::store_msg(Some(key), "inconsistent claim decision"));
+        };
+        if begin == Begin::Deferred && req.once {
+            return Ok(None);
+        }
+        // The first write: in a deferred transaction, the upgrade to the write lock.
+        let fence: i64 = match conn
+            .prepare_cached(sql::NEXT_FENCE)
+            .and_then(|mut s| s.query_row([], |r| r.get(0)))
+        {
+            Ok(fence) => fence,
+            Err(e) if begin == Begin::Deferred && is_busy(&e) => return Ok(None),
+            Err(e) => return Err(sql_err(Some(key), "drawing a fence", e)),
+        };
+        let fence = u64::try_from(fence).map_err(|_| {
+            Error::corrupt(
+                key,
+                crate::error::CorruptKind::Record(format!("the fence counter is {fence}")),
+            )
+        })?;
+        let rec = LocalRecord::claimed(req, fence, now);
+        conn.prepare_cached(sql::CLAIM)
+            .and_then(|mut s| {
+                s.execute(params![
+                    key.scope(),
+                    key.id(),
+                    to_sql_ns(fence),
+                    &rec.fingerprint.0[..],
+                    req.holder.encode(),
+                    req.once,
+                    &*rec.boot_id,
+                    to_sql_ns(rec.lease_until_ns),
+                    rec.lease_until_wall_ms,
+                    rec.changed_wall_ms,
+                ])
+            })
+            .map_err(|e| sql_err(Some(key), "claiming", e))?;
+        step("COMMIT", "committing the claim")?;
+        Ok(Some(ClaimResponse::Claimed(Claim::granted(
+            req, fence, abandoned,
+        ))))
+    }
 }
 
 impl std::fmt::Debug for SqliteStore {
@@ -428,68 +521,25 @@ impl std::fmt::Debug for SqliteStore {
 impl Store for SqliteStore {
     fn claim(&self, req: &ClaimRequest<'_>) -> Result<ClaimResponse, Error> {
         let key = req.key;
-        let boot = this_boot();
         self.with(Some(key), self.inner.busy_timeout, |conn| {
-            // Optimistic read first: a replay, a mismatch or a live holder needs no write lock.
-            let mut current = self.read(conn, key)?;
-            let now = self.inner.clock.now();
-            let decision = decide(current.as_ref(), req, now, boot);
-            if let Some(answer) = self.answer(req, decision, current.as_mut()) {
+            // First a deferred transaction: its read takes no write lock, so a replay, a
+            // mismatch or a live holder is answered by a reader; a claim upgrades it to a write.
+            if let Some(answer) = self.claim_in(conn, req, Begin::Deferred)? {
                 return Ok(answer);
             }
+            conn.execute_batch("ROLLBACK")
+                .map_err(|e| sql_err(Some(key), "claiming", e))?;
             if req.once {
                 conn.pragma_update(None, "synchronous", "FULL")
                     .map_err(|e| sql_err(Some(key), "raising durability", e))?;
             }
-            let result = (|| {
-                // BEGIN IMMEDIATE takes the write lock before reading, so the re-read and the
-                // write below are one atomic step: two processes cannot both see "absent".
-                conn.execute_batch("BEGIN IMMEDIATE")
-                    .map_err(|e| sql_err(Some(key), "claiming", e))?;
-                let mut current = self.read(conn, key)?;
-                let now = self.inner.clock.now();
-                let decision = decide(current.as_ref(), req, now, boot);
-                if let Some(answer) = self.answer(req, decision.clone(), current.as_mut()) {
-                    conn.execute_batch("COMMIT")
-                        .map_err(|e| sql_err(Some(key), "claiming", e))?;
-                    return Ok(answer);
-                }
-                let Decision::Claim { abandoned } = decision else {
-                    return Err(Error::store_msg(Some(key), "inconsistent claim decision"));
-                };
-                let fence: i64 = conn
-                    .prepare_cached(sql::NEXT_FENCE)
-                    .and_then(|mut s| s.query_row([], |r| r.get(0)))
-                    .map_err(|e| sql_err(Some(key), "drawing a fence", e))?;
-                let fence = u64::try_from(fence).map_err(|_| {
-                    Error::corrupt(
-                        key,
-                        crate::error::CorruptKind::Record(format!("the fence counter is {fence}")),
-                    )
-                })?;
-                let rec = LocalRecord::claimed(req, fence, now);
-                conn.prepare_cached(sql::CLAIM)
-                    .and_then(|mut s| {
-                        s.execute(params![
-                            key.scope(),
-                            key.id(),
-                            to_sql_ns(fence),
-                            &rec.fingerprint.0[..],
-                            req.holder.encode(),
-                            req.once,
-                            &*rec.boot_id,
-                            to_sql_ns(rec.lease_until_ns),
-                            rec.lease_until_wall_ms,
-                            rec.changed_wall_ms,
-                        ])
+            let result = self
+                .claim_in(conn, req, Begin::Immediate)
+                .and_then(|answer| {
+                    answer.ok_or_else(|| {
+                        Error::store_msg(Some(key), "a claim under the write lock could not write")
                     })
-                    .map_err(|e| sql_err(Some(key), "claiming", e))?;
-                conn.execute_batch("COMMIT")
-                    .map_err(|e| sql_err(Some(key), "committing the claim", e))?;
-                Ok(ClaimResponse::Claimed(Claim::granted(
-                    req, fence, abandoned,
-                )))
-            })();
+                });
             if req.once {
                 if !conn.is_autocommit() {
                     let _ = conn.execute_batch("ROLLBACK");
