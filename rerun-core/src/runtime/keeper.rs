@@ -23,8 +23,7 @@
 //! insert under a mutex, and the scheduler is only woken when a new deadline is earlier than the
 //! one it already sleeps towards.
 
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::future::Future;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::pin::Pin;
@@ -75,8 +74,9 @@ pub(crate) enum Job {
 #[derive(Default)]
 struct State {
     leases: HashMap<u64, Lease>,
-    timers: BinaryHeap<Reverse<(Instant, u64)>>,
-    wakers: HashMap<u64, Waker>,
+    /// The pending sleeps, by deadline. A cancelled sleep leaves at once: under load the
+    /// deadlines of finished calls never wake the scheduler.
+    timers: BTreeMap<(Instant, u64), Waker>,
     next_id: u64,
     /// When the scheduler will wake next on its own; `None` while it waits for work.
     wake_at: Option<Instant>,
@@ -319,14 +319,11 @@ impl Keeper {
         let mut state = self.lock();
         let now = Instant::now();
         let mut woken = Vec::new();
-        while let Some(Reverse((at, id))) = state.timers.peek().copied() {
-            if at > now {
+        while let Some(entry) = state.timers.first_entry() {
+            if entry.key().0 > now {
                 break;
             }
-            state.timers.pop();
-            if let Some(w) = state.wakers.remove(&id) {
-                woken.push(w);
-            }
+            woken.push(entry.remove());
         }
         let mut due = Vec::new();
         for (id, l) in state.leases.iter_mut() {
@@ -356,7 +353,7 @@ impl Keeper {
                 let lapse = (!l.lapsed).then_some(l.safe_until);
                 renew.into_iter().chain(lapse)
             })
-            .chain(state.timers.peek().map(|Reverse((at, _))| *at))
+            .chain(state.timers.first_key_value().map(|((at, _), _)| *at))
             .min();
         if !(due.is_empty() && woken.is_empty()) {
             drop(state);
@@ -439,18 +436,22 @@ impl Keeper {
             Some(t) => t,
             None => {
                 state.next_id += 1;
-                let t = state.next_id;
-                state.timers.push(Reverse((at, t)));
-                *id = Some(t);
-                t
+                *id = Some(state.next_id);
+                state.next_id
             }
         };
-        state.wakers.insert(timer, waker.clone());
+        match state.timers.get_mut(&(at, timer)) {
+            Some(w) => w.clone_from(waker),
+            // New, or fired already (then the next poll finds it due).
+            None => {
+                state.timers.insert((at, timer), waker.clone());
+            }
+        }
         self.nudge(&mut state, at);
     }
 
-    fn cancel_timer(&self, id: u64) {
-        self.lock().wakers.remove(&id);
+    fn cancel_timer(&self, at: Instant, id: u64) {
+        self.lock().timers.remove(&(at, id));
     }
 }
 
@@ -506,7 +507,7 @@ impl Future for Sleep {
 impl Drop for Sleep {
     fn drop(&mut self) {
         if let Some(id) = self.timer {
-            self.keeper.cancel_timer(id);
+            self.keeper.cancel_timer(self.at, id);
         }
     }
 }
