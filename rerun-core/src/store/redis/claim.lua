@@ -10,12 +10,14 @@
 --
 -- Replies:
 --   {'claimed', fence[, abandoned fence, abandoned holder, '1' if its outcome is unknown]}
+--   the record itself, when it is completed (see replay.lua)
 --   {'replay', fence, result} | {'mismatch'} | {'busy', fence, holder, lease left in us}
 --   {'version', found} (written by a newer rerun) | {'corrupt', why}
 local rec = KEYS[1]
 local fp, holder, lease_us, once, steal = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[5]
 
-local raw, err = load(rec)
+-- PREFETCHED: the GET made before the shared code (replay.lua).
+local raw, err = load(rec, PREFETCHED)
 if err then return {'corrupt', 'the key holds another type than rerun\'s record'} end
 local r = nil
 if raw then
@@ -29,7 +31,7 @@ if raw then
   -- completed record that is there has not expired.
   if r.st == 'c' then
     if r.fp ~= fp then return {'mismatch'} end
-    return {'replay', num(r.fe), r.re}
+    return {'replay', r.fes, r.re}
   end
 end
 
@@ -62,10 +64,14 @@ end
 -- forget's tombstones), and never below the server's clock in microseconds, which covers a
 -- record that expired and took its token with it.
 local fence = math.max(prev + 1, now)
+-- A fresh key's fence is the clock: one field formatted for both (the reply's fence is the
+-- field, leading zeros and all).
+local at = pad(now)
+local fe = fence == now and at or pad(fence)
 -- A plain SET drops the previous state's expiry: an in-progress record never expires by
 -- itself, or a dead at-most-once attempt could be forgotten and run again.
-redis.call('SET', rec, build('p', once, fence, now + lease_us, 0, now, fp, holder, ''))
+redis.call('SET', rec, build('p', once, fe, now + lease_us, 0, at, fp, holder, ''))
 if abandoned then
-  return {'claimed', num(fence), abandoned[1], abandoned[2], abandoned[3]}
+  return {'claimed', fe, abandoned[1], abandoned[2], abandoned[3]}
 end
-return {'claimed', num(fence)}
+return {'claimed', fe}

@@ -14,6 +14,6 @@ local now = clock()
 -- is expired at the very instant Redis removes the key, and its time to live is never more
 -- than the ttl asked for.
 local expires_ms = math.floor((now + tonumber(ARGV[3])) / 1000)
-redis.call('SET', rec, build('c', r.on, r.fe, 0, expires_ms * 1000, now, r.fp, '', ARGV[2]),
+redis.call('SET', rec, build('c', r.on, r.fes, 0, expires_ms * 1000, now, r.fp, '', ARGV[2]),
   'PXAT', num(expires_ms))
 return 'ok'

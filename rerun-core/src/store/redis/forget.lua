@@ -26,5 +26,5 @@ end
 if r.st == 'f' then return 0 end
 -- The tombstone keeps the next claim's token above every earlier one even if the server's
 -- clock steps back; it is invisible to inspect and scan, and expires by itself.
-redis.call('SET', rec, build('f', '0', r.fe, 0, 0, clock(), r.fp, '', ''), 'PX', ARGV[1])
+redis.call('SET', rec, build('f', '0', r.fes, 0, 0, clock(), r.fp, '', ''), 'PX', ARGV[1])
 return 1

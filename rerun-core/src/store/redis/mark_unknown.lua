@@ -9,5 +9,5 @@ local rec = KEYS[1]
 -- Fenced: a zombie must not turn its successor's live claim into an unknown outcome.
 local r, reply = held(rec, ARGV[1])
 if not r then return reply end
-redis.call('SET', rec, build('u', r.on, r.fe, 0, 0, clock(), r.fp, r.ho, ''))
+redis.call('SET', rec, build('u', r.on, r.fes, 0, 0, clock(), r.fp, r.ho, ''))
 return 'ok'

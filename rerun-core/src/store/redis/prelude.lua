@@ -17,13 +17,20 @@
 local FORMAT = '@FORMAT@'
 local HEADER = 103
 
+-- Formatting a number is most of the cost of writing a record (about a microsecond each), so
+-- a zero is a constant and a field read from a record is written back as it was read.
+local ZERO = '0000000000000000'
 local function pad(n)
+  if type(n) == 'string' then return n end
+  if n == 0 then return ZERO end
   return string.format('%016.0f', n)
 end
 
+-- Numbers are numbers or 16-digit fields (`pad`).
 local function build(st, on, fe, lu, ex, ch, fp, ho, re)
+  local hl = string.len(ho)
   return FORMAT .. st .. on .. pad(fe) .. pad(lu) .. pad(ex) .. pad(ch) .. fp ..
-    string.format('%04d', string.len(ho)) .. ho .. re
+    (hl == 0 and '0000' or string.format('%04d', hl)) .. ho .. re
 end
 
 -- The record's fields, or nil and why ('version' and the format found, or a reason).
@@ -34,9 +41,11 @@ local function parse(raw)
     return nil, 'the record has an unknown format'
   end
   if string.len(raw) < HEADER then return nil, 'the record is shorter than its header' end
+  -- fes: the fence as stored, to be written back unformatted.
+  local fes = string.sub(raw, 4, 19)
   local r = {
     st = string.sub(raw, 2, 2), on = string.sub(raw, 3, 3),
-    fe = tonumber(string.sub(raw, 4, 19)), lu = tonumber(string.sub(raw, 20, 35)),
+    fe = tonumber(fes), fes = fes, lu = tonumber(string.sub(raw, 20, 35)),
     ex = tonumber(string.sub(raw, 36, 51)), ch = tonumber(string.sub(raw, 52, 67)),
     fp = string.sub(raw, 68, 99),
   }
@@ -79,9 +88,11 @@ local function upgrade(rec)
   return raw
 end
 
--- The record's string (false when absent), or nil and 'wrongtype'.
-local function load(rec)
-  local raw = redis.pcall('GET', rec)
+-- The record's string (false when absent), or nil and 'wrongtype'. `got`: the reply of a GET
+-- of `rec` this script already made, if any.
+local function load(rec, got)
+  local raw = got
+  if raw == nil then raw = redis.pcall('GET', rec) end
   if type(raw) == 'table' and raw.err then
     raw = upgrade(rec)
     if not raw then return nil, 'wrongtype' end
@@ -109,6 +120,6 @@ local function held(rec, fence)
   end
   -- The fence check: a zombie whose claim was taken over (the record carries a greater
   -- fence), released or completed must not change its successor's record.
-  if r.st ~= 'p' or num(r.fe) ~= fence then return nil, 'lost' end
+  if r.st ~= 'p' or r.fe ~= tonumber(fence) then return nil, 'lost' end
   return r
 end

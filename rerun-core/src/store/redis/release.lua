@@ -10,5 +10,5 @@ local r, reply = held(rec, ARGV[1])
 if not r then return reply end
 -- A released record holds nothing but its fence; it expires rather than accumulate. After it
 -- is gone, the next fence comes from the server's clock, which is past this one by then.
-redis.call('SET', rec, build('r', r.on, r.fe, 0, 0, clock(), r.fp, '', ''), 'PX', ARGV[2])
+redis.call('SET', rec, build('r', r.on, r.fes, 0, 0, clock(), r.fp, '', ''), 'PX', ARGV[2])
 return 'ok'

@@ -10,5 +10,5 @@ local rec = KEYS[1]
 -- successor's lease; it learns of the takeover here.
 local r, reply = held(rec, ARGV[1])
 if not r then return reply end
-redis.call('SET', rec, build('p', r.on, r.fe, clock() + tonumber(ARGV[2]), 0, r.ch, r.fp, r.ho, ''))
+redis.call('SET', rec, build('p', r.on, r.fes, clock() + tonumber(ARGV[2]), 0, r.ch, r.fp, r.ho, ''))
 return 'ok'

@@ -79,8 +79,36 @@ pub(super) fn parse_version(key: &Key, found: Option<&str>) -> Error {
     newer(key, found)
 }
 
+/// A completed record the claim script returned as it is stored (replay.lua): replayed when
+/// the payload's fingerprint matches, else a mismatch; a damaged record is corrupt.
+fn replay_of(req: &ClaimRequest<'_>, raw: &[u8]) -> Result<ClaimResponse, Error> {
+    match layout::parse(raw) {
+        Ok(r) if r.state == b'c' => {
+            if r.fingerprint != &req.fingerprint.0[..] {
+                return Ok(ClaimResponse::Mismatch);
+            }
+            Ok(ClaimResponse::Replay(Replay {
+                fence: r.fence,
+                result: r.result.to_vec(),
+            }))
+        }
+        Ok(r) => Err(Error::corrupt(
+            req.key,
+            CorruptKind::Record(format!(
+                "the claim script returned a record in state {:?}",
+                char::from(r.state)
+            )),
+        )),
+        Err(Unreadable::Newer(found)) => Err(newer(req.key, found)),
+        Err(Unreadable::Corrupt(kind)) => Err(Error::corrupt(req.key, kind)),
+    }
+}
+
 pub(super) fn parse_claim(req: &ClaimRequest<'_>, reply: &Value) -> Result<ClaimResponse, Error> {
     let key = req.key;
+    if let Value::BulkString(raw) = reply {
+        return replay_of(req, raw);
+    }
     let parts = items(reply);
     let bad = || unexpected(key, "claiming", reply);
     let tag = parts.first().and_then(text).ok_or_else(bad)?;

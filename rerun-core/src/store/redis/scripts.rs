@@ -6,6 +6,7 @@ use redis::Script;
 
 use crate::record::ClaimRequest;
 
+use super::layout::FORMAT;
 use super::SCHEMA_VERSION;
 
 /// How long a released record, or the tombstone `forget` leaves, keeps the key's last fence
@@ -46,7 +47,7 @@ impl Scripts {
             let format = SCHEMA_VERSION.to_string();
             // The claim answers a replay before the shared code is built (see replay.lua).
             let mut source = if i == 0 {
-                include_str!("replay.lua").replace("@FORMAT@", &format) + "\n"
+                include_str!("replay.lua").replace("@FORMAT_BYTE@", &FORMAT.to_string()) + "\n"
             } else {
                 String::new()
             };
