@@ -2,6 +2,9 @@
 //! at `RERUN_TEST_REDIS_URL` (skipped when unset, a failure with `RERUN_REQUIRE_SERVICES=1`).
 #![cfg(feature = "redis")]
 
+mod redis_util;
+
+use std::sync::Mutex;
 use std::time::Duration;
 
 use rerun_core::store::redis::{RedisOptions, RedisStore};
@@ -27,9 +30,31 @@ impl Hang for Frozen {
 }
 
 /// Each fresh store is its own key prefix in one database; the locator is the URL with the
-/// prefix as its `prefix` query parameter, which `RedisStore::connect` understands.
+/// prefix as its `prefix` query parameter, which `RedisStore::connect` understands. The keys
+/// under every prefix handed out are deleted when the suite ends.
 struct Redis {
     url: String,
+    prefixes: Mutex<Vec<String>>,
+}
+
+impl Redis {
+    fn prefix(&self, name: &str) -> String {
+        let prefix = format!("{}:", conformance::unique(name));
+        self.prefixes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(prefix.clone());
+        prefix
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        let prefixes = self.prefixes.get_mut().unwrap_or_else(|p| p.into_inner());
+        for prefix in prefixes.iter() {
+            redis_util::cleanup(&self.url, prefix);
+        }
+    }
 }
 
 impl Factory for Redis {
@@ -38,7 +63,7 @@ impl Factory for Redis {
         "redis"
     }
     fn fresh(&self) -> Result<(RedisStore, String), Error> {
-        let prefix = format!("{}:", conformance::unique("rerun-conformance"));
+        let prefix = self.prefix("rerun-conformance");
         let sep = if self.url.contains('?') { '&' } else { '?' };
         let locator = format!("{}{sep}prefix={prefix}", self.url);
         Ok((RedisStore::connect(&locator)?, locator))
@@ -58,7 +83,7 @@ impl Factory for Redis {
             Ok(proxy) => proxy,
             Err(e) => return Some(Err(Error::store(None, "starting the proxy", e))),
         };
-        let prefix = format!("{}:", conformance::unique("rerun-conformance-hung"));
+        let prefix = self.prefix("rerun-conformance-hung");
         let store = RedisStore::connect_with(
             &format!("redis://{}", proxy.addr()),
             RedisOptions::new()
@@ -74,5 +99,8 @@ fn redis_store_conforms() {
     let Some(url) = rerun_core::testing::service_url("RERUN_TEST_REDIS_URL") else {
         return;
     };
-    conformance::run(&Redis { url });
+    conformance::run(&Redis {
+        url,
+        prefixes: Mutex::default(),
+    });
 }

@@ -5,6 +5,8 @@
 
 #[cfg(feature = "postgres")]
 mod postgres_common;
+#[cfg(feature = "redis")]
+mod redis_util;
 
 use rerun_core::testing::recovery_check;
 
@@ -37,6 +39,7 @@ fn redis_store_converges_on_startup() {
             .unwrap_or_else(|e| panic!("connecting to {url}: {e}"));
     let check = recovery_check(&store).unwrap_or_else(|e| panic!("{e}"));
     println!("redis: {check:?}");
+    redis_util::cleanup(&url, &prefix);
     assert_eq!(check.stale, 1000);
     assert!(check.second.changed_nothing());
 }

@@ -76,14 +76,19 @@ pub fn wait_for_clients(raw: &mut redis::Connection, name: &str, n: usize) {
     }
 }
 
-/// Deletes every key under `prefix` (tests leave no in-progress records behind).
+/// Deletes every key under `prefix` (tests leave no in-progress records behind). `SCAN`, not
+/// `KEYS`: the server may be serving other tests meanwhile.
 pub fn cleanup(url: &str, prefix: &str) {
+    use redis::Commands;
     let mut conn = raw(url);
-    let keys: Vec<String> = redis::cmd("KEYS")
-        .arg(format!("{prefix}*"))
-        .query(&mut conn)
-        .unwrap_or_default();
-    for key in keys {
-        let _: redis::RedisResult<()> = redis::cmd("DEL").arg(key).query(&mut conn);
+    let keys: Vec<Vec<u8>> = match conn.scan_match::<_, Vec<u8>>(format!("{prefix}*")) {
+        Ok(keys) => match keys.collect() {
+            Ok(keys) => keys,
+            Err(_) => return,
+        },
+        Err(_) => return,
+    };
+    for batch in keys.chunks(500) {
+        let _: redis::RedisResult<()> = redis::cmd("DEL").arg(batch).query(&mut conn);
     }
 }
