@@ -396,3 +396,51 @@ fn filtered_scans_select_by_scope_prefix_and_state() {
         .status(Status::Completed));
     assert_eq!(both.len(), 16);
 }
+
+/// A claim reads the record in a deferred transaction and upgrades it to a write; when another
+/// connection holds the write lock (or wrote since the read), SQLite refuses the upgrade and the
+/// claim runs again under `BEGIN IMMEDIATE`, waiting for the lock. Two stores that both read the
+/// key free while a third connection writes: one claims it, the other finds it busy.
+#[test]
+fn claims_that_read_a_free_key_while_another_connection_writes_claim_it_once() {
+    use rerun_core::record::{ClaimRequest, ClaimResponse};
+    use rerun_core::{Fingerprint, Holder};
+
+    let dir = dir();
+    let path = dir.path().join("upgrade.sqlite3");
+    let (a, b) = (
+        SqliteStore::open(&path).unwrap(),
+        SqliteStore::open(&path).unwrap(),
+    );
+    let writer = rusqlite::Connection::open(&path).unwrap();
+    writer.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let key = Key::new("s", "k");
+    let (fingerprint, holder) = (Fingerprint::EMPTY, Holder::current());
+    let req = ClaimRequest {
+        key: &key,
+        fingerprint: &fingerprint,
+        holder: &holder,
+        lease: Duration::from_secs(30),
+        once: false,
+        steal: None,
+    };
+    let answers = std::thread::scope(|s| {
+        let (first, second) = (s.spawn(|| a.claim(&req)), s.spawn(|| b.claim(&req)));
+        std::thread::sleep(Duration::from_millis(300));
+        // A write the readers' snapshots do not include: their upgrades would be refused even
+        // without the lock.
+        writer
+            .execute_batch("UPDATE rerun_meta SET value = value + 1 WHERE name = 'fence'; COMMIT")
+            .unwrap();
+        [first.join().unwrap(), second.join().unwrap()]
+    });
+    let claimed = answers
+        .iter()
+        .filter(|r| matches!(r, Ok(ClaimResponse::Claimed(_))))
+        .count();
+    let busy = answers
+        .iter()
+        .filter(|r| matches!(r, Ok(ClaimResponse::Busy(_))))
+        .count();
+    assert_eq!((claimed, busy), (1, 1), "{answers:?}");
+}

@@ -45,7 +45,8 @@ impl Scripts {
         .enumerate()
         .map(|(i, code)| {
             let format = SCHEMA_VERSION.to_string();
-            // The claim answers a replay before the shared code is built (see replay.lua).
+            // The claim reads the record first and returns a completed one as it is stored,
+            // before the shared code is built (see replay.lua).
             let mut source = if i == 0 {
                 include_str!("replay.lua").replace("@FORMAT_BYTE@", &FORMAT.to_string()) + "\n"
             } else {

@@ -108,8 +108,10 @@ pub(super) fn read_page(
 pub(super) const NEXT_FENCE: &str =
     "UPDATE rerun_meta SET value = value + 1 WHERE name = 'fence' RETURNING value";
 
-/// Writes a claim. Runs inside `BEGIN IMMEDIATE`, after the record was re-read under the write
-/// lock: two processes cannot both see the key absent and both claim it.
+/// Writes a claim, in the transaction that read the record: one that held the write lock when it
+/// read (`BEGIN IMMEDIATE`), or a deferred one that SQLite let upgrade to a write, which it does
+/// only when no other connection wrote since the read. Two processes cannot both see the key
+/// absent and both claim it.
 pub(super) const CLAIM: &str = "INSERT OR REPLACE INTO rerun_records (scope, id, status, fence, \
      fingerprint, holder, once, boot_id, lease_until, lease_wall, expires_mono, expires_wall, \
      result, changed_wall) VALUES (?1, ?2, 'in_progress', ?3, ?4, ?5, ?6, ?7, ?8, ?9, 0, 0, NULL, ?10)";
