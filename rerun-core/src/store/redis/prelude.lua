@@ -61,13 +61,14 @@ end
 
 -- A record of rerun 0.1 (a hash) as a record of this layout, written in its place with the
 -- time it had left; nil if the key holds anything else.
-local STATES = {in_progress = 'p', completed = 'c', released = 'r', unknown = 'u', forgotten = 'f'}
 -- The largest number a field of 16 digits holds that a Lua number keeps exactly (2^53 - 1
 -- microseconds: the year 2255).
 local WIDEST = 9007199254740991
 local function upgrade(rec)
   if redis.call('TYPE', rec)['ok'] ~= 'hash' then return nil end
   local h = redis.call('HMGET', rec, 'v', 'st', 'fe', 'fp', 'ho', 'on', 'lu', 'ex', 're')
+  -- Built here, not with the shared code: every script would pay for a table only an upgrade reads.
+  local STATES = {in_progress = 'p', completed = 'c', released = 'r', unknown = 'u', forgotten = 'f'}
   local st = STATES[h[2] or '']
   local fe = tonumber(h[3])
   if not st or not fe or fe < 0 or fe > WIDEST or tonumber(h[1] or '') ~= 1 then return nil end
