@@ -727,7 +727,7 @@ fn main() {
         tokio::spawn(connection);
         client
             .batch_execute(&format!(
-                "DROP TABLE IF EXISTS \"{table}\"; DROP TABLE IF EXISTS \"{table}_meta\"; DROP SEQUENCE IF EXISTS \"{table}_fence\"; DROP TABLE IF EXISTS \"{table}_floor\";"
+                "DROP TABLE IF EXISTS \"{table}\"; DROP TABLE IF EXISTS \"{table}_meta\"; DROP SEQUENCE IF EXISTS \"{table}_fence\"; DROP FUNCTION IF EXISTS \"{table}_claim\"; DROP TABLE IF EXISTS \"{table}_floor\";"
             ))
             .await
             .ok()

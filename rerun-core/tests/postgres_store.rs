@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use postgres_common::{claimed, fresh, psql, request, url};
 use rerun_core::record::{ClaimResponse, Status};
-use rerun_core::store::postgres::{PostgresStore, MAX_KEY_BYTES};
+use rerun_core::store::postgres::{PostgresStore, MAX_KEY_BYTES, SCHEMA_VERSION};
 use rerun_core::{AsyncStore, Call, Error, Fingerprint, Holder, Key, Store};
 
 const LONG: Duration = Duration::from_secs(60);
@@ -794,7 +794,8 @@ fn a_table_of_schema_1_is_migrated_on_connect() {
         &format!("SELECT value FROM \"{table}_meta\" WHERE name = 'schema_version'"),
     )
     .unwrap();
-    assert_eq!(rows[0][0].as_deref(), Some("2"));
+    let ours = SCHEMA_VERSION.to_string();
+    assert_eq!(rows[0][0].as_deref(), Some(ours.as_str()));
     let store = PostgresStore::builder(&url)
         .table(&table)
         .connect()
@@ -813,6 +814,72 @@ fn a_table_of_schema_1_is_migrated_on_connect() {
         .run(&store, || Ok::<_, Error>(1u32))
         .unwrap();
     assert!(!fresh.replayed && fresh.fence > 41);
+}
+
+/// A table an earlier build of schema 2 made (the same records, no claim function) gets the
+/// function on connect, once, while several instances start together, and keeps its version
+/// (so instances of that build go on sharing it); its records keep their states and fences, a
+/// claim in progress stays busy for another holder, and a fresh key is claimed.
+#[test]
+fn a_table_without_the_claim_function_gets_it_on_connect() {
+    let Some(url) = url() else { return };
+    let (store, t) = fresh(&url, "v2");
+    let fp = Fingerprint::of(&()).unwrap();
+    let h = Holder::current();
+    let done = Call::new("billing.charge", "evt_1")
+        .run(&store, || Ok::<_, Error>(7u32))
+        .unwrap();
+    let open_key = Key::new("billing.charge", "evt_2");
+    let open = claimed(store.claim(&request(&open_key, &fp, &h, LONG)));
+    drop(store);
+    // What an earlier build of schema 2 made: the same table, without the function.
+    psql(&url, &format!("DROP FUNCTION \"{}_claim\"", t.name)).unwrap();
+    let function = format!(
+        "SELECT count(*) FROM pg_proc WHERE proname = '{}_claim'",
+        t.name
+    );
+    assert_eq!(psql(&url, &function).unwrap()[0][0].as_deref(), Some("0"));
+    let stores: Vec<PostgresStore> = std::thread::scope(|s| {
+        let openers: Vec<_> = (0..4)
+            .map(|_| s.spawn(|| PostgresStore::builder(&url).table(&t.name).connect()))
+            .collect();
+        openers
+            .into_iter()
+            .map(|o| o.join().unwrap().unwrap())
+            .collect()
+    });
+    let version = psql(
+        &url,
+        &format!(
+            "SELECT value FROM \"{}_meta\" WHERE name = 'schema_version'",
+            t.name
+        ),
+    )
+    .unwrap();
+    assert_eq!(
+        version[0][0].as_deref(),
+        Some(SCHEMA_VERSION.to_string().as_str())
+    );
+    assert_eq!(psql(&url, &function).unwrap()[0][0].as_deref(), Some("1"));
+    let again = Call::new("billing.charge", "evt_1")
+        .run(&stores[0], || Ok::<_, Error>(0u32))
+        .unwrap();
+    assert_eq!(
+        (again.value, again.replayed, again.fence),
+        (7, true, done.fence)
+    );
+    match stores[1]
+        .claim(&request(&open_key, &fp, &Holder::current(), LONG))
+        .unwrap()
+    {
+        ClaimResponse::Busy(b) => assert_eq!(b.fence, open.fence),
+        other => panic!("{other:?}"),
+    }
+    stores[2].complete(&open, b"r", LONG).unwrap();
+    let new = Call::new("billing.charge", "evt_3")
+        .run(&stores[3], || Ok::<_, Error>(1u32))
+        .unwrap();
+    assert!(!new.replayed && new.fence > open.fence);
 }
 
 /// Filtered scans select through the indexes: a scope prefix and the open states.

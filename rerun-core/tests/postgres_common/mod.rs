@@ -55,7 +55,7 @@ impl Drop for Table {
         let _ = psql(
             &self.url,
             &format!(
-                "DROP TABLE IF EXISTS \"{name}\"; DROP TABLE IF EXISTS \"{name}_meta\"; DROP SEQUENCE IF EXISTS \"{name}_fence\";"
+                "DROP TABLE IF EXISTS \"{name}\"; DROP TABLE IF EXISTS \"{name}_meta\"; DROP SEQUENCE IF EXISTS \"{name}_fence\"; DROP FUNCTION IF EXISTS \"{name}_claim\";"
             ),
         );
     }

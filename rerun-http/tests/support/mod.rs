@@ -149,7 +149,7 @@ impl Fixture {
 fn drop_table(url: &str, table: &str) {
     let url = url.to_owned();
     let sql = format!(
-        "DROP TABLE IF EXISTS \"{table}\"; DROP TABLE IF EXISTS \"{table}_meta\"; DROP SEQUENCE IF EXISTS \"{table}_fence\";"
+        "DROP TABLE IF EXISTS \"{table}\"; DROP TABLE IF EXISTS \"{table}_meta\"; DROP SEQUENCE IF EXISTS \"{table}_fence\"; DROP FUNCTION IF EXISTS \"{table}_claim\";"
     );
     let _ = std::thread::spawn(move || {
         let rt = tokio::runtime::Builder::new_current_thread()

@@ -297,7 +297,7 @@ impl Drop for Backend {
             Backend::Sqlite { .. } => {}
             Backend::Postgres { base, table, .. } => {
                 let sql = format!(
-                    "DROP TABLE IF EXISTS \"{table}\", \"{table}_meta\"; DROP SEQUENCE IF EXISTS \"{table}_fence\""
+                    "DROP TABLE IF EXISTS \"{table}\", \"{table}_meta\"; DROP SEQUENCE IF EXISTS \"{table}_fence\"; DROP FUNCTION IF EXISTS \"{table}_claim\""
                 );
                 pg(
                     base,

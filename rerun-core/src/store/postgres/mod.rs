@@ -1,8 +1,9 @@
 //! `PostgresStore` (feature `postgres`): records in one PostgreSQL table, shared by a fleet.
 //!
-//! Shape of the costs: a repeated call is **one** round trip (claim-or-fetch is one statement
-//! that only reads when the key is completed, mismatched or held); a fresh call is **two** (the
-//! claim, then the fenced completion). Leases and expiry are decided on the server's clock
+//! Shape of the costs: a repeated call is **one** round trip (claim-or-fetch is one statement,
+//! a plain `SELECT` by key when the key is completed, mismatched or held, which calls the
+//! table's claim function only when the key is free); a fresh call is **two** (the claim, then
+//! the fenced completion). Leases and expiry are decided on the server's clock
 //! (`now()`), never the caller's. Fences come from one sequence per table, so they grow per key
 //! across release, takeover, `forget` and purging.
 //!
@@ -116,7 +117,8 @@ impl PostgresBuilder {
     }
 
     /// The table to keep records in (default `rerun_records`). rerun also creates
-    /// `<table>_meta` (versions) and `<table>_fence` (the fence sequence) beside it. A plain
+    /// `<table>_meta` (versions), `<table>_fence` (the fence sequence) and the function
+    /// `<table>_claim` (which writes a claim) beside it. A plain
     /// identifier: ASCII letters, digits and `_`, not starting with a digit, at most 55 bytes.
     pub fn table(mut self, table: impl Into<String>) -> Self {
         self.table = table.into();
@@ -418,13 +420,13 @@ impl PostgresStore {
         }
     }
 
-    fn timed_out(&self, op: &Op<'_>, limit: Duration) -> Error {
+    /// The error of a call that ran out of time (made only then: the message is formatted).
+    fn timed_out(&self, key: Option<&Key>, what: &str, limit: Duration) -> Error {
         Error::store_msg(
-            op.key(),
+            key,
             format!(
-                "PostgreSQL at {}: {}: no answer within {}; the connection was closed",
+                "PostgreSQL at {}: {what}: no answer within {}; the connection was closed",
                 self.inner.target.shown,
-                op.what(),
                 crate::error::rounded(limit)
             ),
         )
@@ -441,7 +443,7 @@ impl PostgresStore {
             .get(&inner.target, limit)
             .map_err(|e| keyed(e, key))?;
         let left = limit.saturating_sub(started.elapsed());
-        let timed_out = self.timed_out(&op, limit);
+        let what = op.what();
         let conn = pooled.conn()?;
         let (runtime, session) = conn.parts()?;
         let answer = SyncConn::block_on_for(runtime, left, exec(session, &inner.sql, op))?;
@@ -456,7 +458,7 @@ impl PostgresStore {
             None => {
                 // The connection is mid-statement: it cannot serve another call.
                 pooled.discard();
-                Err(timed_out)
+                Err(self.timed_out(key, what, limit))
             }
         }
     }
@@ -473,7 +475,7 @@ impl PostgresStore {
             .await
             .map_err(|e| keyed(e, key))?;
         let left = limit.saturating_sub(started.elapsed());
-        let timed_out = self.timed_out(&op, limit);
+        let what = op.what();
         let conn = pooled.conn()?;
         match deadline(left, exec(&mut conn.session, &inner.sql, op)).await {
             Some(Ok(reply)) => Ok(reply),
@@ -485,7 +487,7 @@ impl PostgresStore {
             }
             None => {
                 pooled.discard();
-                Err(timed_out)
+                Err(self.timed_out(key, what, limit))
             }
         }
     }

@@ -13,6 +13,10 @@ use std::fmt::Write as _;
 /// 1. rerun 0.1: `scope` and `id` as `bytea`.
 /// 2. `scope` and `id` as `text COLLATE "C"` (readable with plain SQL, paged in byte order),
 ///    `changed_at`, and a partial index of the claims in progress and the unknown outcomes.
+///
+/// The function `<table>_claim` (see [`Names::claim_function`]) came later without a new
+/// version: it changes no record and older builds never call it, so instances of either build
+/// share a table. `connect` creates it, under the migration lock, where it is missing.
 pub const SCHEMA_VERSION: i64 = 2;
 
 /// The statements a connection prepares, by index into [`Sql::text`].
@@ -47,6 +51,8 @@ pub(crate) struct Names {
     pub meta: String,
     /// The fence sequence.
     pub fence_seq: String,
+    /// The function that writes a claim (see [`Names::claim_function`]).
+    pub claim_fn: String,
     /// The purge index, unqualified (an index lives in its table's schema).
     pub expires_index: String,
     /// The index of open records (in progress, unknown), unqualified.
@@ -79,6 +85,7 @@ impl Names {
             records: qualify(table),
             meta: qualify(&format!("{table}_meta")),
             fence_seq: qualify(&format!("{table}_fence")),
+            claim_fn: qualify(&format!("{table}_claim")),
             expires_index: format!("\"{table}_expires\""),
             open_index: format!("\"{table}_open\""),
             schema: schema.map(|s| format!("\"{s}\"")),
@@ -140,10 +147,62 @@ impl Names {
             CREATE INDEX IF NOT EXISTS {expires_index} ON {table} (expires_at)
                 WHERE status = 'completed';
             CREATE INDEX IF NOT EXISTS {open_index} ON {table} (scope, id)
-                WHERE status IN ('in_progress', 'unknown');",
+                WHERE status IN ('in_progress', 'unknown');
+            {claim_function}",
             codec = crate::codec::CODEC_VERSION,
+            claim_function = self.claim_function(),
         );
         ddl
+    }
+
+    /// The function that writes a claim, `CREATE OR REPLACE`d.
+    ///
+    /// The claim statement reads the record in its snapshot and calls this function only
+    /// when that read shows the key absent or claimable; `seen_fence` and `seen_status` are
+    /// what it read (NULL: absent). The insert's `ON CONFLICT` re-checks on the newest row
+    /// version, which it locks: the update happens only if that version is still the one the
+    /// statement read (same fence and status: compare-and-set) and is still claimable. Two
+    /// racing claims therefore cannot both win, and the abandoned attempt the statement
+    /// reports is exactly the one replaced. The function returns the new fence, or NULL when
+    /// a concurrent claim changed the record first (the caller then reads again).
+    ///
+    /// `nextval()` runs only when a claim is attempted; a drawn fence that loses the race is
+    /// skipped, which keeps fences growing. `now()` is the calling statement's (one
+    /// transaction), so the lease starts on the clock the read was judged by. PL/pgSQL keeps
+    /// the insert's plan for the session.
+    pub(crate) fn claim_function(&self) -> String {
+        let Names {
+            records: table,
+            fence_seq,
+            claim_fn,
+            ..
+        } = self;
+        format!(
+            "CREATE OR REPLACE FUNCTION {claim_fn}(
+                p_scope text, p_id text, p_fingerprint bytea, p_holder text, p_once boolean,
+                p_lease_us double precision, p_steal bigint, p_seen_fence bigint,
+                p_seen_status text)
+            RETURNS bigint LANGUAGE plpgsql VOLATILE AS $rerun_claim$
+            DECLARE
+                claimed_fence bigint;
+            BEGIN
+                INSERT INTO {table} AS r (scope, id, status, fence, fingerprint, holder, once,
+                                          lease_until, expires_at, result)
+                VALUES (p_scope, p_id, 'in_progress', nextval('{seq}'), p_fingerprint, p_holder,
+                        p_once, now() + p_lease_us * interval '1 microsecond', NULL, NULL)
+                ON CONFLICT (scope, id) DO UPDATE
+                   SET status = 'in_progress', fence = EXCLUDED.fence,
+                       fingerprint = EXCLUDED.fingerprint, holder = EXCLUDED.holder,
+                       once = EXCLUDED.once, lease_until = EXCLUDED.lease_until,
+                       expires_at = NULL, result = NULL, changed_at = now()
+                 WHERE r.fence = p_seen_fence AND r.status = p_seen_status
+                   AND {r_claimable} IS TRUE
+                RETURNING fence INTO claimed_fence;
+                RETURN claimed_fence;
+            END $rerun_claim$;",
+            seq = fence_seq.replace('\'', "''"),
+            r_claimable = claimable("r", "p_fingerprint", "p_once", "p_steal"),
+        )
     }
 
     /// Takes a version-1 table to version 2, inside the caller's transaction (which holds the
@@ -192,14 +251,18 @@ impl Names {
         )
     }
 
-    /// Whether the three relations exist: `true` lets `connect` skip the locked DDL.
+    /// Whether the three relations and the claim function exist: `true` lets `connect` skip
+    /// the locked DDL (which creates whatever is missing, the function of a table made by an
+    /// older build included).
     pub(crate) fn exists_query(&self) -> String {
         format!(
             "SELECT to_regclass('{meta}') IS NOT NULL AND to_regclass('{table}') IS NOT NULL \
-             AND to_regclass('{seq}') IS NOT NULL",
+             AND to_regclass('{seq}') IS NOT NULL AND to_regprocedure('{claim}({args})') IS NOT NULL",
             meta = self.meta.replace('\'', "''"),
             table = self.records.replace('\'', "''"),
             seq = self.fence_seq.replace('\'', "''"),
+            claim = self.claim_fn.replace('\'', "''"),
+            args = CLAIM_FUNCTION_ARGS,
         )
     }
 
@@ -220,16 +283,20 @@ impl Names {
     }
 }
 
-/// `x` may be claimed by the request (`$3` fingerprint, `$5` once, `$7` the fence to steal or
-/// NULL), on the server's clock: [`crate::record::decide`] as one boolean expression (a `once`
-/// call honours a completed record even past its ttl, while it exists). `IS TRUE` at each use
-/// turns the NULLs of absent columns into "no".
-fn claimable(x: &str) -> String {
+/// The argument types of the claim function, as `to_regprocedure` names it.
+const CLAIM_FUNCTION_ARGS: &str =
+    "text, text, bytea, text, boolean, double precision, bigint, bigint, text";
+
+/// `x` may be claimed by the request (`fp` its fingerprint, `once`, `steal` the fence to steal
+/// or NULL), on the server's clock: [`crate::record::decide`] as one boolean expression (a
+/// `once` call honours a completed record even past its ttl, while it exists). `IS TRUE` at
+/// each use turns the NULLs of absent columns into "no".
+fn claimable(x: &str, fp: &str, once: &str, steal: &str) -> String {
     format!(
         "({x}.status = 'released' \
-          OR ({x}.status = 'completed' AND {x}.expires_at <= now() AND NOT $5) \
-          OR ({x}.fingerprint = $3 AND ({x}.status = 'unknown' \
-              OR ({x}.status = 'in_progress' AND ({x}.lease_until <= now() OR {x}.fence = $7)))))"
+          OR ({x}.status = 'completed' AND {x}.expires_at <= now() AND NOT {once}) \
+          OR ({x}.fingerprint = {fp} AND ({x}.status = 'unknown' \
+              OR ({x}.status = 'in_progress' AND ({x}.lease_until <= now() OR {x}.fence = {steal})))))"
     )
 }
 
@@ -249,45 +316,18 @@ impl Sql {
             // Parameters: $1 scope, $2 id, $3 fingerprint, $4 holder, $5 once,
             // $6 lease in microseconds, $7 the fence to steal (NULL: none).
             //
-            // `cur` reads the record in this statement's snapshot. When it shows a completed
-            // record, a mismatch or a live holder, the INSERT below selects no row: the
-            // statement writes nothing, takes no row lock and no transaction id, so a repeated
-            // call costs one read-only round trip and no WAL flush, and replays never queue
-            // behind each other.
+            // A plain read of the record by its primary key, in this statement's snapshot:
+            // when it shows a completed record, a mismatch or a live holder, the statement
+            // writes nothing, takes no lock beyond the read's and no transaction id, so a
+            // repeated call costs one read-only round trip, no WAL flush, and a plan as cheap
+            // as any `SELECT` by key; replays never queue behind each other.
             //
-            // When `cur` shows the key absent or claimable, the INSERT runs. A concurrent
-            // claim may have changed the row since the snapshot, so ON CONFLICT re-checks on
-            // the newest row version, which it locks: the update happens only if that version
-            // is still the one `cur` saw (same fence and status: compare-and-set) and is still
-            // claimable. Two racing claims therefore cannot both win, and the abandoned
-            // attempt this claim reports (from `cur`) is exactly the one it replaced. If the
-            // check fails, `claimed` is empty while `cur` looks claimable (or is empty): the
-            // caller re-runs the statement on a fresh snapshot.
-            //
-            // nextval() sits in the INSERT's select list, so a fence is drawn only when a
-            // claim is attempted; a drawn fence that loses the race is skipped, which keeps
-            // fences growing.
-            "WITH cur AS (
-                SELECT status, fence, fingerprint, holder, once, lease_until, expires_at, result
-                  FROM {t} WHERE scope = $1 AND id = $2
-             ),
-             claimed AS (
-                INSERT INTO {t} AS r (scope, id, status, fence, fingerprint, holder, once,
-                                      lease_until, expires_at, result)
-                SELECT $1, $2, 'in_progress', nextval('{seq}'), $3, $4, $5,
-                       now() + $6::float8 * interval '1 microsecond', NULL, NULL
-                 WHERE NOT EXISTS (SELECT 1 FROM cur WHERE {cur_claimable} IS NOT TRUE)
-                ON CONFLICT (scope, id) DO UPDATE
-                   SET status = 'in_progress', fence = EXCLUDED.fence,
-                       fingerprint = EXCLUDED.fingerprint, holder = EXCLUDED.holder,
-                       once = EXCLUDED.once, lease_until = EXCLUDED.lease_until,
-                       expires_at = NULL, result = NULL, changed_at = now()
-                 WHERE r.fence = (SELECT fence FROM cur)
-                   AND r.status = (SELECT status FROM cur)
-                   AND {r_claimable} IS TRUE
-                RETURNING fence
-             )
-             SELECT (SELECT fence FROM claimed),
+            // When the read shows the key absent or claimable, the claim function writes the
+            // claim, compare-and-set against what was read (see `Names::claim_function`). If
+            // a concurrent claim won, the first column is NULL while `cur` looks claimable (or
+            // is empty): the caller re-runs the statement on a fresh snapshot.
+            "SELECT CASE WHEN cur.status IS NULL OR {cur_claimable} IS TRUE
+                         THEN {claim_fn}($1, $2, $3, $4, $5, $6, $7, cur.fence, cur.status) END,
                     cur.status, cur.fence, cur.fingerprint = $3, cur.holder, cur.once,
                     CASE WHEN cur.lease_until > now()
                          THEN (extract(epoch FROM cur.lease_until - now()) * 1000000)::bigint END,
@@ -295,10 +335,13 @@ impl Sql {
                     CASE WHEN cur.status = 'completed' AND cur.fingerprint = $3
                               AND (cur.expires_at > now() OR $5) THEN cur.result END,
                     cur.lease_until IS NOT NULL
-               FROM (SELECT 1) AS one LEFT JOIN cur ON true",
-            seq = n.fence_seq.replace('\'', "''"),
-            cur_claimable = claimable("cur"),
-            r_claimable = claimable("r"),
+               FROM (SELECT 1) AS one LEFT JOIN (
+                    SELECT status, fence, fingerprint, holder, once, lease_until, expires_at,
+                           result
+                      FROM {t} WHERE scope = $1 AND id = $2
+               ) AS cur ON true",
+            claim_fn = n.claim_fn,
+            cur_claimable = claimable("cur", "$3", "$5", "$7"),
         );
         let texts = [
             claim,
