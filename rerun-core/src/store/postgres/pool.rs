@@ -314,8 +314,15 @@ pub(crate) struct Pool<C> {
 /// come back in the child).
 struct Idle<C> {
     forks: u64,
-    conns: Vec<(u64, C)>,
+    conns: Vec<IdleConn<C>>,
     permits: Arc<Semaphore>,
+}
+
+/// An idle connection, its generation, and the thread that gave it back.
+struct IdleConn<C> {
+    generation: u64,
+    thread: std::thread::ThreadId,
+    conn: C,
 }
 
 /// A connection taken from a [`Pool`]; it goes back on drop unless marked broken.
@@ -365,12 +372,23 @@ impl<C> Pool<C> {
         self.idle().permits.clone()
     }
 
+    /// An idle connection: the one this thread gave back last, if it is idle, else the one
+    /// given back last. A thread that keeps its connection keeps the connection's runtime,
+    /// socket and buffers in its own core's cache, as a client with a connection per thread
+    /// does; no connection waits for its thread, so no caller waits for a connection while
+    /// another is idle.
     fn pop_idle(&self) -> Option<(u64, C)> {
         let current = self.generation.load(Ordering::Acquire);
+        let me = std::thread::current().id();
         let mut idle = self.idle();
         // Older generations may share the fate of a connection that died: drop them.
-        idle.conns.retain(|(g, _)| *g >= current);
-        idle.conns.pop()
+        idle.conns.retain(|c| c.generation >= current);
+        let mine = idle.conns.iter().rposition(|c| c.thread == me);
+        let taken = match mine {
+            Some(i) => Some(idle.conns.remove(i)),
+            None => idle.conns.pop(),
+        };
+        taken.map(|c| (c.generation, c.conn))
     }
 
     fn wrap(&self, permit: OwnedSemaphorePermit, generation: u64, conn: C) -> Pooled<'_, C> {
@@ -480,7 +498,11 @@ impl<C> Drop for Pooled<'_, C> {
                 // Taken before a fork: the parent's session.
                 std::mem::forget(conn);
             } else if self.generation >= self.pool.generation.load(Ordering::Acquire) {
-                idle.conns.push((self.generation, conn));
+                idle.conns.push(IdleConn {
+                    generation: self.generation,
+                    thread: std::thread::current().id(),
+                    conn,
+                });
             }
         }
     }
