@@ -1,10 +1,11 @@
 //! Prints, from one run, rerun's throughput on `RedisStore` against two baselines on the raw
-//! `redis` client: the same Lua scripts with the same arguments (what rerun's own client code
-//! costs), and the simplest client doing the same round trips (the floor of the protocol:
+//! `redis` client: the same Lua with the same arguments, called as the store calls it (its
+//! functions with `FCALL` on Redis 7, else its scripts with `EVALSHA`: what rerun's own client
+//! code costs), and the simplest client doing the same round trips (the floor of the protocol:
 //! `SET NX PX` + `SET PX` for a fresh call, `GET` for a repeated one). Fresh calls (claim +
 //! complete, two round trips) and repeated calls (one round trip), with 1 and 16 concurrent
 //! callers, sync (threads, one connection each) and async (tasks on one multiplexed
-//! connection, on a 2-worker tokio runtime). Also counts `EVALSHA`s per call and the server's
+//! connection, on a 2-worker tokio runtime). Also counts `EVALSHA`s or `FCALL`s per call and the server's
 //! own microseconds per script (`INFO commandstats`).
 //!
 //! `RERUN_BENCH_REDIS_URL=redis://127.0.0.1:6379 cargo bench -p rerun-core --features redis --bench redis_ratios`
@@ -34,10 +35,72 @@ fn script(source: &str) -> Script {
     Script::new(&source.replace("@SCHEMA@", &SCHEMA_VERSION.to_string()))
 }
 
+/// One of the store's transitions as the store calls it: its function (`FCALL`) where the
+/// store uses functions, else its script (`EVALSHA`).
+enum Code {
+    Function(String),
+    Script(Script),
+}
+
+impl Code {
+    fn of(store: &RedisStore, name: &str) -> Code {
+        match store.function_name(name) {
+            Some(function) => Code::Function(function.to_owned()),
+            None => Code::Script(script(
+                store.script_source(name).expect("a script of the store"),
+            )),
+        }
+    }
+    /// `args` as the driver sends them (numbers in decimal).
+    fn invocation(&self, key: String, args: &[&[u8]]) -> Invocation<'_> {
+        match self {
+            Code::Function(name) => {
+                let mut cmd = redis::cmd("FCALL");
+                cmd.arg(name).arg(1).arg(key);
+                for arg in args {
+                    cmd.arg(*arg);
+                }
+                Invocation::Function(cmd)
+            }
+            Code::Script(script) => {
+                let mut inv = script.key(key);
+                for arg in args {
+                    inv.arg(*arg);
+                }
+                Invocation::Script(inv)
+            }
+        }
+    }
+}
+
+/// A call of a [`Code`].
+enum Invocation<'a> {
+    Function(redis::Cmd),
+    Script(redis::ScriptInvocation<'a>),
+}
+
+impl Invocation<'_> {
+    fn invoke(&self, conn: &mut redis::Connection) -> redis::RedisResult<redis::Value> {
+        match self {
+            Invocation::Function(cmd) => cmd.query(conn),
+            Invocation::Script(inv) => inv.invoke(conn),
+        }
+    }
+    async fn invoke_async(
+        &self,
+        conn: &mut redis::aio::MultiplexedConnection,
+    ) -> redis::RedisResult<redis::Value> {
+        match self {
+            Invocation::Function(cmd) => cmd.query_async(conn).await,
+            Invocation::Script(inv) => inv.invoke_async(conn).await,
+        }
+    }
+}
+
 /// The raw client doing what rerun does on the wire, and nothing more.
 struct Raw {
-    claim: Script,
-    complete: Script,
+    claim: Code,
+    complete: Code,
     prefix: String,
     fingerprint: Vec<u8>,
     holder: Vec<u8>,
@@ -45,12 +108,11 @@ struct Raw {
 }
 
 impl Raw {
-    /// The store's own scripts, as it loads them.
+    /// The store's own functions or scripts, whichever it calls.
     fn new(prefix: &str, store: &RedisStore) -> Raw {
-        let source = |name| store.script_source(name).expect("a script of the store");
         Raw {
-            claim: script(source("claim")),
-            complete: script(source("complete")),
+            claim: Code::of(store, "claim"),
+            complete: Code::of(store, "complete"),
             prefix: prefix.to_owned(),
             fingerprint: Fingerprint::of(&1u64)
                 .map(|f| f.0.to_vec())
@@ -67,14 +129,17 @@ impl Raw {
     fn key(&self, i: u64) -> String {
         format!("{}{{bench:{i}}}", self.prefix)
     }
-    fn claim_cmd(&self, i: u64) -> redis::ScriptInvocation<'_> {
-        let mut inv = self.claim.key(self.key(i));
-        inv.arg(&self.fingerprint[..])
-            .arg(&self.holder[..])
-            .arg(30_000_000u64)
-            .arg("0")
-            .arg("");
-        inv
+    fn claim_cmd(&self, i: u64) -> Invocation<'_> {
+        self.claim.invocation(
+            self.key(i),
+            &[
+                &self.fingerprint[..],
+                &self.holder[..],
+                b"30000000",
+                b"0",
+                b"",
+            ],
+        )
     }
     /// The fence of a `claimed` reply.
     fn fence(reply: &redis::Value) -> Option<Vec<u8>> {
@@ -90,10 +155,9 @@ impl Raw {
             _ => None,
         }
     }
-    fn complete_cmd(&self, i: u64, fence: &[u8]) -> redis::ScriptInvocation<'_> {
-        let mut inv = self.complete.key(self.key(i));
-        inv.arg(fence).arg(&self.result[..]).arg(3_600_000_000u64);
-        inv
+    fn complete_cmd(&self, i: u64, fence: &[u8]) -> Invocation<'_> {
+        self.complete
+            .invocation(self.key(i), &[fence, &self.result[..], b"3600000000"])
     }
     // A script error fails the benchmark: a baseline whose calls fail would look fast.
     fn sync(&self, conn: &mut redis::Connection, i: u64) {
@@ -311,12 +375,22 @@ fn row(name: &str, cell: &[(f64, f64)]) {
     );
 }
 
-/// Calls and microseconds on the server of `command` (`INFO commandstats`).
-fn command_stats(conn: &mut redis::Connection, command: &str) -> (u64, f64) {
+/// Calls and microseconds on the server of rerun's transitions (`INFO commandstats`): scripts
+/// (`EVALSHA`) and functions (`FCALL`) together.
+fn script_stats(conn: &mut redis::Connection) -> (u64, f64) {
     let info: String = redis::cmd("INFO")
         .arg("commandstats")
         .query(conn)
         .unwrap_or_default();
+    let (a, b) = (
+        command_stats(&info, "evalsha"),
+        command_stats(&info, "fcall"),
+    );
+    (a.0 + b.0, a.1 + b.1)
+}
+
+/// Calls and microseconds on the server of `command`, from `INFO commandstats`.
+fn command_stats(info: &str, command: &str) -> (u64, f64) {
     let prefix = format!("cmdstat_{command}:");
     let Some(line) = info.lines().find_map(|l| l.strip_prefix(prefix.as_str())) else {
         return (0, 0.0);
@@ -385,17 +459,17 @@ fn main() {
     }
 
     // Round trips and the server's time per script, counted by the server.
-    let (calls0, usec0) = command_stats(&mut admin, "evalsha");
+    let (calls0, usec0) = script_stats(&mut admin);
     for i in 0..200 {
         let key = (1u64 << 61) + i;
         let _ = rerun_call(key).run(&store, || receipt(key));
     }
-    let (calls1, usec1) = command_stats(&mut admin, "evalsha");
+    let (calls1, usec1) = script_stats(&mut admin);
     for i in 0..200 {
         let key = repeated(0, i);
         let _ = rerun_call(key).run(&store, || receipt(key));
     }
-    let (calls2, usec2) = command_stats(&mut admin, "evalsha");
+    let (calls2, usec2) = script_stats(&mut admin);
     let (fresh_rt, repeat_rt) = (
         (calls1 - calls0) as f64 / 200.0,
         (calls2 - calls1) as f64 / 200.0,
@@ -405,9 +479,14 @@ fn main() {
         "Redis: rerun RedisStore vs the raw redis client ({} ms per side per cell)",
         (window * rounds).as_millis()
     );
-    println!("  same:  the raw client running rerun's own scripts (client overhead)");
+    println!("  same:  the raw client calling rerun's own functions or scripts, as the store does (client overhead)");
     println!("  floor: the simplest client doing the same round trips (SET NX PX + SET PX; GET)");
-    println!("round trips per call, counted by the server (EVALSHA): fresh {fresh_rt:.2}, repeated {repeat_rt:.2}");
+    let form = if store.function_name("claim").is_some() {
+        "functions, FCALL"
+    } else {
+        "scripts, EVALSHA"
+    };
+    println!("round trips per call, counted by the server ({form}): fresh {fresh_rt:.2}, repeated {repeat_rt:.2}");
     println!(
         "server time per script: fresh calls {:.1} us, repeated calls {:.1} us",
         per(usec1 - usec0, calls1 - calls0),

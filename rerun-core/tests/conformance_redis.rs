@@ -35,6 +35,8 @@ impl Hang for Frozen {
 struct Redis {
     url: String,
     prefixes: Mutex<Vec<String>>,
+    /// Whether the stores call the scripts (EVALSHA) even where the server has functions.
+    scripts_only: bool,
 }
 
 impl Redis {
@@ -66,10 +68,14 @@ impl Factory for Redis {
         let prefix = self.prefix("rerun-conformance");
         let sep = if self.url.contains('?') { '&' } else { '?' };
         let locator = format!("{}{sep}prefix={prefix}", self.url);
-        Ok((RedisStore::connect(&locator)?, locator))
+        Ok((self.reopen(&locator)?, locator))
     }
     fn reopen(&self, locator: &str) -> Result<RedisStore, Error> {
-        RedisStore::connect(locator)
+        let store =
+            RedisStore::connect_with(locator, RedisOptions::new().scripts_only(self.scripts_only))?;
+        // Each run covers the form it is meant to: functions on a server that has them.
+        assert_eq!(store.library_name().is_none(), self.scripts_only);
+        Ok(store)
     }
     fn hanging(&self) -> Option<Result<(RedisStore, Box<dyn Hang>), Error>> {
         let upstream = self
@@ -88,12 +94,14 @@ impl Factory for Redis {
             &format!("redis://{}", proxy.addr()),
             RedisOptions::new()
                 .prefix(prefix)
-                .response_timeout(HANG_TIMEOUT),
+                .response_timeout(HANG_TIMEOUT)
+                .scripts_only(self.scripts_only),
         );
         Some(store.map(|s| (s, Box::new(Frozen(proxy)) as Box<dyn Hang>)))
     }
 }
 
+/// With the transitions as Redis functions (FCALL), as the store calls them on Redis 7.
 #[test]
 fn redis_store_conforms() {
     let Some(url) = rerun_core::testing::service_url("RERUN_TEST_REDIS_URL") else {
@@ -102,5 +110,20 @@ fn redis_store_conforms() {
     conformance::run(&Redis {
         url,
         prefixes: Mutex::default(),
+        scripts_only: false,
+    });
+}
+
+/// With the transitions as scripts (EVALSHA), as the store calls them where the server has no
+/// functions (Redis 6) or the user may not use them.
+#[test]
+fn redis_store_conforms_on_scripts() {
+    let Some(url) = rerun_core::testing::service_url("RERUN_TEST_REDIS_URL") else {
+        return;
+    };
+    conformance::run(&Redis {
+        url,
+        prefixes: Mutex::default(),
+        scripts_only: true,
     });
 }

@@ -17,14 +17,14 @@ use std::sync::MutexGuard;
 use std::time::{Duration, Instant};
 
 use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, Connection, ConnectionLike, RedisError, Script, Value};
+use redis::{AsyncConnectionConfig, Connection, ConnectionLike, RedisError, Value};
 
 use crate::error::{CorruptKind, Error};
 use crate::key::Key;
 use crate::runtime::keeper::deadline;
 
 use super::durability::OnceDurability;
-use super::scripts::Arg;
+use super::scripts::{Arg, Transition};
 use super::RedisStore;
 
 /// How many idle sync connections the pool keeps.
@@ -307,49 +307,38 @@ impl RedisStore {
         }
     }
 
-    /// Runs one script on the async connection within `limit`.
+    /// Runs one transition on the async connection within `limit`.
     pub(super) async fn async_script(
         &self,
         key: &Key,
         what: &str,
         limit: Duration,
-        script: &Script,
+        t: Transition,
         record: &str,
         args: &[Arg<'_>],
     ) -> Result<Value, Error> {
-        let invocation = || {
-            let mut invocation = script.key(record);
-            for arg in args {
-                invocation.arg(arg);
-            }
-            invocation
-        };
         self.async_call(
             key,
             what,
             limit,
-            |mut conn| async move { invocation().invoke_async::<Value>(&mut conn).await },
-            |conn| invocation().invoke::<Value>(conn),
+            |mut conn| async move { self.run_async(&mut conn, t, record, args).await },
+            |conn| self.run_sync(conn, t, record, args),
         )
         .await
     }
 
-    /// Runs one script on a pooled sync connection within `limit`.
+    /// Runs one transition on a pooled sync connection within `limit`.
     pub(super) fn sync_script(
         &self,
         key: &Key,
         what: &str,
         limit: Duration,
-        script: &Script,
+        t: Transition,
         record: &str,
         args: &[Arg<'_>],
     ) -> Result<Value, Error> {
         self.sync_call(Some(key), what, limit, |conn| {
-            let mut invocation = script.key(record);
-            for arg in args {
-                invocation.arg(arg);
-            }
-            invocation.invoke::<Value>(conn)
+            self.run_sync(conn, t, record, args)
         })
     }
 
@@ -396,11 +385,9 @@ impl RedisStore {
         };
         let left = limit.saturating_sub(started.elapsed());
         let run = async {
-            let mut invocation = self.inner.scripts.claim.key(record);
-            for arg in args {
-                invocation.arg(arg);
-            }
-            let reply: Value = invocation.invoke_async(&mut conn).await?;
+            let reply = self
+                .run_async(&mut conn, Transition::Claim, record, args)
+                .await?;
             let waited = if super::reply::is_claimed(&reply) {
                 Some(durability.wait_async(&mut conn).await)
             } else {

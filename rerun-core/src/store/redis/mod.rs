@@ -2,8 +2,12 @@
 //!
 //! Shape of the costs: a repeated call is one round trip (the claim script returns the recorded
 //! result: claim-or-fetch in one step); a fresh call is two (claim, then complete). Every
-//! transition is one Lua script, loaded once at connect and called by its SHA (`EVALSHA`, with a
-//! `SCRIPT LOAD` fallback after a server restart flushed the script cache):
+//! transition is one Lua script. On Redis 7 and later the store loads them at connect as one
+//! library of functions, whose shared code is built once per load instead of once per call, and
+//! calls them with `FCALL` (loading the library again if it vanished: see `functions`); where
+//! the server has no functions or the user may not use them, each is loaded as a script and
+//! called by its SHA (`EVALSHA`, with a `SCRIPT LOAD` fallback after a server restart flushed the
+//! script cache). The choice is made once, at connect:
 //!
 //! | operation | script | what it closes |
 //! |---|---|---|
@@ -68,11 +72,12 @@
 //! anything is written.
 //!
 //! The code is laid out by concern: `conn` (connections, deadlines, fork), `scripts` (the Lua
-//! scripts and their arguments), `reply` (reading their answers), `names` (key names),
+//! scripts and their arguments), `functions` (the same Lua as a library of functions), `reply` (reading their answers), `names` (key names),
 //! `durability` (persistence and `WAIT`).
 
 mod conn;
 mod durability;
+mod functions;
 mod layout;
 mod names;
 mod reply;
@@ -94,9 +99,10 @@ use crate::store::{call_deadline, AsyncStore, ScanFilter, ScanPage, Store, Store
 use conn::{AsyncConn, Pool};
 use durability::OnceDurability;
 pub use durability::Persistence;
+use functions::Library;
 use names::{parse_record_key, record_key, scan_pattern_within, split_prefix};
 use reply::{newer, parse_claim, parse_fenced, parse_view, unexpected, Fenced};
-use scripts::{claim_args, span_us, Arg, Scripts, FENCE_KEEP_MS};
+use scripts::{claim_args, span_us, Arg, Scripts, Transition, FENCE_KEEP_MS};
 
 /// The record layout this build writes; a record with a newer one is refused as
 /// [`Error::Corrupt`], never overwritten, and one of rerun 0.1 (a hash, layout 1) is upgraded
@@ -130,6 +136,8 @@ pub struct RedisOptions {
     max_value_bytes: usize,
     once_durability: OnceDurability,
     upgrade_sweep: bool,
+    scripts_only: bool,
+    library_variant: String,
 }
 
 impl RedisOptions {
@@ -144,7 +152,23 @@ impl RedisOptions {
             max_value_bytes: DEFAULT_MAX_VALUE_BYTES,
             once_durability: OnceDurability::default(),
             upgrade_sweep: true,
+            scripts_only: false,
+            library_variant: String::new(),
         }
+    }
+    /// Calls the scripts (`EVALSHA`) even where the server has functions, as the store does on
+    /// Redis 6: for tests of that path.
+    #[doc(hidden)]
+    pub fn scripts_only(mut self, on: bool) -> Self {
+        self.scripts_only = on;
+        self
+    }
+    /// Adds `variant` to the code of the functions' library as a comment, which gives the
+    /// library and its functions other names: for tests of two libraries on one server.
+    #[doc(hidden)]
+    pub fn library_variant(mut self, variant: impl Into<String>) -> Self {
+        self.library_variant = variant.into();
+        self
     }
     /// Whether a new store sweeps its prefix once, in the background, for records written by
     /// rerun 0.1 and upgrades them (default `true`). The sweep is a `SCAN` of the database on a
@@ -239,6 +263,9 @@ struct Inner {
     response_timeout: Duration,
     max_value_bytes: AtomicUsize,
     scripts: Scripts,
+    /// The functions' library, when the server has functions and this user may load and call
+    /// them (decided at connect); else every transition runs as its script.
+    library: Option<Library>,
     pool: Mutex<Pool>,
     aio: Mutex<Option<AsyncConn>>,
     /// The connection of durable `once` claims made by async calls (see `conn::durable_claim`).
@@ -319,6 +346,7 @@ impl RedisStore {
                 response_timeout: options.response_timeout,
                 max_value_bytes: AtomicUsize::new(options.max_value_bytes),
                 scripts: Scripts::new(),
+                library: None,
                 pool: Mutex::new(Pool::default()),
                 aio: Mutex::new(None),
                 durable: tokio::sync::Mutex::new(None),
@@ -331,13 +359,34 @@ impl RedisStore {
         let limit = options.connect_timeout.max(options.response_timeout);
         let mut pooled = store.open_sync(None, limit)?;
         let conn: &mut Connection = pooled.connection();
-        // Load every script now, in one round trip, so the first calls need no NOSCRIPT detour.
+        // Load the functions' library and every script now, in one round trip, so the first
+        // calls need no detour: the scripts are the fallback of a function refused before it
+        // ran (see `functions`), and the only form where functions are not to be had.
+        let library = (!options.scripts_only).then(|| Library::new(&options.library_variant));
         let mut load = redis::pipe();
+        load.ignore_errors();
+        if let Some(library) = &library {
+            load.add_command(library.load_cmd())
+                .add_command(library.probe_cmd());
+        }
         for source in &store.inner.scripts.sources {
             load.cmd("SCRIPT").arg("LOAD").arg(source);
         }
-        load.query::<()>(conn)
+        let replies: Vec<Value> = load
+            .query(conn)
             .map_err(|e| store.connect_err(None, "loading rerun's scripts", e))?;
+        let scripts_from = if library.is_some() { 2 } else { 0 };
+        if let Some(Value::ServerError(e)) = replies
+            .iter()
+            .skip(scripts_from)
+            .find(|r| matches!(r, Value::ServerError(_)))
+        {
+            return Err(store.connect_err(None, "loading rerun's scripts", e.clone().into()));
+        }
+        let library = library.and_then(|library| library.usable(&store, &replies));
+        if options.scripts_only {
+            tracing::debug!(store = %store.describe(), "rerun: calling rerun's scripts (EVALSHA), as the options ask");
+        }
         // The server's own limit on one value, where it lets us read it (managed services may
         // not): keys and results above it are refused before anything is sent.
         let max: Option<(String, u64)> = redis::cmd("CONFIG")
@@ -362,7 +411,10 @@ impl RedisStore {
             )));
         }
         match Arc::get_mut(&mut store.inner) {
-            Some(inner) => inner.persistence = persistence,
+            Some(inner) => {
+                inner.persistence = persistence;
+                inner.library = library;
+            }
             None => {
                 return Err(Error::config(
                     "the new Redis store was shared before it was ready",
@@ -395,7 +447,7 @@ impl RedisStore {
             key,
             "forgetting the key",
             self.inner.response_timeout,
-            &self.inner.scripts.forget,
+            Transition::Forget,
             &record,
             &[Arg::Num(FENCE_KEEP_MS), fence],
         )?;
@@ -410,12 +462,32 @@ impl RedisStore {
     /// the very same scripts on a raw client.
     #[doc(hidden)]
     pub fn script_source(&self, name: &str) -> Option<&str> {
-        let index = match name {
-            "claim" => 0,
-            "complete" => 1,
-            _ => return None,
-        };
+        let index = Self::transition(name)? as usize;
         self.inner.scripts.sources.get(index).map(String::as_str)
+    }
+
+    /// The name of the function this store calls (`FCALL`) for the claim-or-fetch (`"claim"`)
+    /// or the completion (`"complete"`), or `None` when it calls the scripts, so that benchmarks
+    /// can call what the store calls on a raw client.
+    #[doc(hidden)]
+    pub fn function_name(&self, name: &str) -> Option<&str> {
+        let t = Self::transition(name)?;
+        Some(self.inner.library.as_ref()?.function(t))
+    }
+
+    /// The name of the functions' library this store loaded, or `None` when it calls the
+    /// scripts (`FUNCTION LIST LIBRARYNAME` finds it).
+    #[doc(hidden)]
+    pub fn library_name(&self) -> Option<&str> {
+        self.inner.library.as_ref().map(Library::name)
+    }
+
+    fn transition(name: &str) -> Option<Transition> {
+        match name {
+            "claim" => Some(Transition::Claim),
+            "complete" => Some(Transition::Complete),
+            _ => None,
+        }
     }
 
     /// The Redis key of a record: `PREFIX{SCOPE:ID}`, escaped so that no two keys share it.
@@ -568,7 +640,7 @@ impl Store for RedisStore {
                 req.key,
                 "claiming",
                 limit,
-                &self.inner.scripts.claim,
+                Transition::Claim,
                 &record,
                 &args,
             )?;
@@ -577,11 +649,7 @@ impl Store for RedisStore {
         // The wait must run on the connection that wrote the claim: WAIT and WAITAOF wait for
         // this client's own writes.
         let (reply, waited) = self.sync_call(Some(req.key), "claiming", limit, |conn| {
-            let mut invocation = self.inner.scripts.claim.key(&record);
-            for arg in &args {
-                invocation.arg(arg);
-            }
-            let reply: Value = invocation.invoke(conn)?;
+            let reply = self.run_sync(conn, Transition::Claim, &record, &args)?;
             let claimed = reply::is_claimed(&reply);
             let waited = if claimed {
                 Some(durability.wait(conn))
@@ -612,7 +680,7 @@ impl Store for RedisStore {
             &claim.key,
             "recording the result",
             self.limit(claim.lease),
-            &self.inner.scripts.complete,
+            Transition::Complete,
             &record,
             &[fence, Arg::Bytes(result), ttl],
         )?;
@@ -626,7 +694,7 @@ impl Store for RedisStore {
             &claim.key,
             "releasing the claim",
             self.limit(claim.lease),
-            &self.inner.scripts.release,
+            Transition::Release,
             &record,
             &[fence, keep],
         )?;
@@ -641,7 +709,7 @@ impl Store for RedisStore {
             &claim.key,
             "renewing the lease",
             limit,
-            &self.inner.scripts.renew,
+            Transition::Renew,
             &record,
             &[fence, lease],
         )?;
@@ -655,7 +723,7 @@ impl Store for RedisStore {
             &claim.key,
             "marking the outcome unknown",
             self.limit(claim.lease),
-            &self.inner.scripts.mark_unknown,
+            Transition::MarkUnknown,
             &record,
             &[fence],
         )?;
@@ -676,7 +744,7 @@ impl Store for RedisStore {
             key,
             "reading the record",
             self.inner.response_timeout,
-            &self.inner.scripts.inspect,
+            Transition::Inspect,
             &record,
             &[],
         )?;
@@ -740,23 +808,8 @@ impl Store for RedisStore {
                 "scanning records",
                 self.inner.response_timeout,
                 |conn| {
-                    let mut pipe = redis::pipe();
-                    for (_, name) in &keys {
-                        pipe.cmd("EVALSHA")
-                            .arg(self.inner.scripts.inspect.get_hash())
-                            .arg(1)
-                            .arg(name);
-                    }
-                    match pipe.query::<Vec<Value>>(conn) {
-                        Err(e)
-                            if e.kind()
-                                == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
-                        {
-                            self.inner.scripts.inspect.prepare_invoke().load(conn)?;
-                            pipe.query(conn)
-                        }
-                        other => other,
-                    }
+                    let names: Vec<&str> = keys.iter().map(|(_, name)| name.as_str()).collect();
+                    self.inspect_all(conn, &names)
                 },
             )?
         };
@@ -809,7 +862,7 @@ impl AsyncStore for RedisStore {
                         req.key,
                         "claiming",
                         limit,
-                        &self.inner.scripts.claim,
+                        Transition::Claim,
                         &record,
                         &args,
                     )
@@ -852,7 +905,7 @@ impl AsyncStore for RedisStore {
                     &claim.key,
                     "recording the result",
                     self.limit(claim.lease),
-                    &self.inner.scripts.complete,
+                    Transition::Complete,
                     &record,
                     &[fence, Arg::Bytes(result), ttl],
                 )
@@ -870,7 +923,7 @@ impl AsyncStore for RedisStore {
                     &claim.key,
                     "releasing the claim",
                     self.limit(claim.lease),
-                    &self.inner.scripts.release,
+                    Transition::Release,
                     &record,
                     &[fence, keep],
                 )
@@ -888,7 +941,7 @@ impl AsyncStore for RedisStore {
                     &claim.key,
                     "marking the outcome unknown",
                     self.limit(claim.lease),
-                    &self.inner.scripts.mark_unknown,
+                    Transition::MarkUnknown,
                     &record,
                     &[fence],
                 )

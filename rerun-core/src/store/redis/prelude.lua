@@ -1,5 +1,6 @@
--- Shared by every script (prepended when the scripts are loaded): the record layout, and the
--- upgrade of a record written by rerun 0.1 (a hash) to it.
+-- Shared by every script (prepended when the scripts are loaded; the top level of the library
+-- when they are functions): the record layout, and the upgrade of a record written by rerun 0.1
+-- (a hash) to it.
 --
 -- One string per record, so that every script reads the record with one GET and writes it with
 -- one SET, and a completed record is replayed without reading the clock:

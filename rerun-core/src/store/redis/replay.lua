@@ -1,4 +1,5 @@
--- Put before the shared code in the claim script only. The record is read once, here: a
+-- Put before the shared code in the claim script only (and at the start of the claim function,
+-- whose shared code the library built when it was loaded). The record is read once, here: a
 -- completed record of this format is returned as it is stored, before the shared code's
 -- functions and tables are built (half a replay's server time), and the caller reads it with
 -- the same checks as `parse` (`layout::parse`): a damaged one is corrupt, never replayed, and

@@ -17,7 +17,8 @@ pub(super) const FENCE_KEEP_MS: u64 = 24 * 60 * 60 * 1000;
 /// arithmetic exact in Lua's doubles.
 pub(super) const MAX_SPAN_US: u64 = 100 * 365 * 24 * 60 * 60 * 1_000_000;
 
-/// The scripts, loaded once at connect and called by their SHA.
+/// The scripts, loaded once at connect and called by their SHA: the form of every transition
+/// where the store calls no functions, and the fallback of a function refused before it ran.
 pub(super) struct Scripts {
     pub(super) claim: Script,
     pub(super) complete: Script,
@@ -30,45 +31,106 @@ pub(super) struct Scripts {
     pub(super) sources: Vec<String>,
 }
 
+/// The transitions, in the order of [`sources`] and of the functions of the library.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Transition {
+    Claim,
+    Complete,
+    Release,
+    Renew,
+    MarkUnknown,
+    Forget,
+    Inspect,
+}
+
+impl Transition {
+    /// Every transition, in order.
+    pub(super) const ALL: [Transition; 7] = [
+        Transition::Claim,
+        Transition::Complete,
+        Transition::Release,
+        Transition::Renew,
+        Transition::MarkUnknown,
+        Transition::Forget,
+        Transition::Inspect,
+    ];
+
+    /// The transition's name, as its `.lua` file and its function are named.
+    pub(super) fn name(self) -> &'static str {
+        match self {
+            Transition::Claim => "claim",
+            Transition::Complete => "complete",
+            Transition::Release => "release",
+            Transition::Renew => "renew",
+            Transition::MarkUnknown => "mark_unknown",
+            Transition::Forget => "forget",
+            Transition::Inspect => "inspect",
+        }
+    }
+
+    /// The transition's own code, a chunk that reads `KEYS` and `ARGV` and returns the reply,
+    /// and for the claim the replay fast path that goes before the shared code (replay.lua).
+    pub(super) fn code(self) -> (Option<String>, &'static str) {
+        let code = match self {
+            Transition::Claim => include_str!("claim.lua"),
+            Transition::Complete => include_str!("complete.lua"),
+            Transition::Release => include_str!("release.lua"),
+            Transition::Renew => include_str!("renew.lua"),
+            Transition::MarkUnknown => include_str!("mark_unknown.lua"),
+            Transition::Forget => include_str!("forget.lua"),
+            Transition::Inspect => include_str!("inspect.lua"),
+        };
+        let replay = (self == Transition::Claim)
+            .then(|| include_str!("replay.lua").replace("@FORMAT_BYTE@", &FORMAT.to_string()));
+        (replay, code)
+    }
+}
+
+/// The shared layout code every transition uses (prelude.lua); its version is the format.
+pub(super) fn prelude() -> String {
+    include_str!("prelude.lua").replace("@FORMAT@", &SCHEMA_VERSION.to_string())
+}
+
 impl Scripts {
     pub(super) fn new() -> Scripts {
-        let sources: Vec<String> = [
-            include_str!("claim.lua"),
-            include_str!("complete.lua"),
-            include_str!("release.lua"),
-            include_str!("renew.lua"),
-            include_str!("mark_unknown.lua"),
-            include_str!("forget.lua"),
-            include_str!("inspect.lua"),
-        ]
-        .iter()
-        .enumerate()
-        .map(|(i, code)| {
-            let format = SCHEMA_VERSION.to_string();
-            // The claim reads the record first and returns a completed one as it is stored,
-            // before the shared code is built (see replay.lua).
-            let mut source = if i == 0 {
-                include_str!("replay.lua").replace("@FORMAT_BYTE@", &FORMAT.to_string()) + "\n"
-            } else {
-                String::new()
-            };
-            // Every script carries the shared layout code; its version is the format.
-            source.push_str(&include_str!("prelude.lua").replace("@FORMAT@", &format));
-            source.push('\n');
-            source.push_str(code);
-            source
-        })
-        .collect();
-        let script = |i: usize| Script::new(&sources[i]);
+        let prelude = prelude();
+        let sources: Vec<String> = Transition::ALL
+            .iter()
+            .map(|t| {
+                // The claim reads the record first and returns a completed one as it is
+                // stored, before the shared code is built (see replay.lua).
+                let (replay, code) = t.code();
+                let mut source = replay.map(|r| r + "\n").unwrap_or_default();
+                // Every script carries the shared layout code.
+                source.push_str(&prelude);
+                source.push('\n');
+                source.push_str(code);
+                source
+            })
+            .collect();
+        let script = |t: Transition| Script::new(&sources[t as usize]);
         Scripts {
-            claim: script(0),
-            complete: script(1),
-            release: script(2),
-            renew: script(3),
-            mark_unknown: script(4),
-            forget: script(5),
-            inspect: script(6),
+            claim: script(Transition::Claim),
+            complete: script(Transition::Complete),
+            release: script(Transition::Release),
+            renew: script(Transition::Renew),
+            mark_unknown: script(Transition::MarkUnknown),
+            forget: script(Transition::Forget),
+            inspect: script(Transition::Inspect),
             sources,
+        }
+    }
+
+    /// The script of a transition.
+    pub(super) fn get(&self, t: Transition) -> &Script {
+        match t {
+            Transition::Claim => &self.claim,
+            Transition::Complete => &self.complete,
+            Transition::Release => &self.release,
+            Transition::Renew => &self.renew,
+            Transition::MarkUnknown => &self.mark_unknown,
+            Transition::Forget => &self.forget,
+            Transition::Inspect => &self.inspect,
         }
     }
 }

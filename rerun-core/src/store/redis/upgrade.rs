@@ -54,15 +54,9 @@ impl RedisStore {
                 .map_err(|e| failed("finding records of rerun 0.1", e))?;
             if !hashes.is_empty() {
                 // The inspect script upgrades what it reads.
-                let mut pipe = redis::pipe();
-                for name in &hashes {
-                    pipe.cmd("EVALSHA")
-                        .arg(self.inner.scripts.inspect.get_hash())
-                        .arg(1)
-                        .arg(name);
-                }
-                let _: Vec<Value> = pipe
-                    .query(conn)
+                let names: Vec<&str> = hashes.iter().map(String::as_str).collect();
+                let _: Vec<Value> = self
+                    .inspect_all(conn, &names)
                     .map_err(|e| failed("upgrading records", e))?;
                 upgraded += hashes.len() as u64;
             }
