@@ -72,8 +72,8 @@
 //! anything is written.
 //!
 //! The code is laid out by concern: `conn` (connections, deadlines, fork), `scripts` (the Lua
-//! scripts and their arguments), `functions` (the same Lua as a library of functions), `reply` (reading their answers), `names` (key names),
-//! `durability` (persistence and `WAIT`).
+//! scripts and their arguments), `functions` (the same Lua as a library of functions), `reply`
+//! (reading their answers), `names` (key names), `durability` (persistence and `WAIT`).
 
 mod conn;
 mod durability;
