@@ -20,13 +20,8 @@ pub(super) const MAX_SPAN_US: u64 = 100 * 365 * 24 * 60 * 60 * 1_000_000;
 /// The scripts, loaded once at connect and called by their SHA: the form of every transition
 /// where the store calls no functions, and the fallback of a function refused before it ran.
 pub(super) struct Scripts {
-    pub(super) claim: Script,
-    pub(super) complete: Script,
-    pub(super) release: Script,
-    pub(super) renew: Script,
-    pub(super) mark_unknown: Script,
-    pub(super) forget: Script,
-    pub(super) inspect: Script,
+    /// One per transition, in [`Transition::ALL`]'s order.
+    scripts: Vec<Script>,
     /// The sources, for `SCRIPT LOAD` at connect.
     pub(super) sources: Vec<String>,
 }
@@ -108,30 +103,16 @@ impl Scripts {
                 source
             })
             .collect();
-        let script = |t: Transition| Script::new(&sources[t as usize]);
         Scripts {
-            claim: script(Transition::Claim),
-            complete: script(Transition::Complete),
-            release: script(Transition::Release),
-            renew: script(Transition::Renew),
-            mark_unknown: script(Transition::MarkUnknown),
-            forget: script(Transition::Forget),
-            inspect: script(Transition::Inspect),
+            scripts: sources.iter().map(|s| Script::new(s)).collect(),
             sources,
         }
     }
 
     /// The script of a transition.
     pub(super) fn get(&self, t: Transition) -> &Script {
-        match t {
-            Transition::Claim => &self.claim,
-            Transition::Complete => &self.complete,
-            Transition::Release => &self.release,
-            Transition::Renew => &self.renew,
-            Transition::MarkUnknown => &self.mark_unknown,
-            Transition::Forget => &self.forget,
-            Transition::Inspect => &self.inspect,
-        }
+        // Built from `Transition::ALL`, whose order is the enum's: every index is there.
+        &self.scripts[t as usize]
     }
 }
 
@@ -171,4 +152,24 @@ pub(super) fn span_us(d: Duration) -> u64 {
     u64::try_from(d.as_micros())
         .unwrap_or(u64::MAX)
         .min(MAX_SPAN_US)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_transition_has_its_script_at_its_index() {
+        let scripts = Scripts::new();
+        assert_eq!(scripts.sources.len(), Transition::ALL.len());
+        for (i, t) in Transition::ALL.iter().enumerate() {
+            assert_eq!(*t as usize, i, "{t:?} is out of order in Transition::ALL");
+            let (_, code) = t.code();
+            assert!(scripts.sources[i].ends_with(code), "{t:?}");
+            assert_eq!(
+                scripts.get(*t).get_hash(),
+                Script::new(&scripts.sources[i]).get_hash()
+            );
+        }
+    }
 }
