@@ -84,7 +84,9 @@ fn append(path: &Path, line: &str) {
         .append(true)
         .open(path)
         .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let _ = writeln!(file, "{line}");
+    // One write of the whole line: two handlers append at once, and `writeln!` would write
+    // the text and its newline separately, interleaving them ("workonce\n\n").
+    let _ = file.write_all(format!("{line}\n").as_bytes());
     let _ = file.sync_all();
 }
 

@@ -19,7 +19,8 @@ fn effect(dir: &Path, what: &str) {
         .append(true)
         .open(dir.join("effects"))
         .unwrap();
-    writeln!(f, "{what}").unwrap();
+    // One write of the whole line, so lines appended at once never interleave.
+    f.write_all(format!("{what}\n").as_bytes()).unwrap();
     f.sync_all().unwrap();
 }
 
