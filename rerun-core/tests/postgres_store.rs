@@ -516,6 +516,189 @@ fn null_leases_and_expiries_are_corrupt() {
     assert_eq!(rows[0][0].as_deref(), Some("2"), "left untouched");
 }
 
+/// The answers a repeated or concurrent duplicate gets most (a replay, a mismatch on a
+/// completed record, a busy key) are plain reads: no row is locked, so no transaction id is
+/// taken, nothing is written and replays never queue behind each other. A locked row would
+/// show the locker in `xmax`.
+#[test]
+fn replays_mismatches_and_busy_keys_lock_no_row() {
+    let Some(url) = url() else { return };
+    let (store, t) = fresh(&url, "readonly");
+    let fp = Fingerprint::of(&1).unwrap();
+    let other = Fingerprint::of(&2).unwrap();
+    let (h1, h2) = (Holder::current(), Holder::current());
+    let held = Key::new("s", "held");
+    claimed(store.claim(&request(&held, &fp, &h1, LONG)));
+    let done = Key::new("s", "done");
+    let c = claimed(store.claim(&request(&done, &fp, &h1, LONG)));
+    store.complete(&c, b"r", LONG).unwrap();
+    let versions = || {
+        psql(
+            &url,
+            &format!(
+                "SELECT id, xmin::text, xmax::text FROM \"{}\" ORDER BY id",
+                t.name
+            ),
+        )
+        .unwrap()
+    };
+    let before = versions();
+    for _ in 0..3 {
+        assert!(matches!(
+            store.claim(&request(&held, &fp, &h2, LONG)).unwrap(),
+            ClaimResponse::Busy(_)
+        ));
+        assert!(matches!(
+            store.claim(&request(&done, &fp, &h2, LONG)).unwrap(),
+            ClaimResponse::Replay(_)
+        ));
+        assert_eq!(
+            store.claim(&request(&done, &other, &h2, LONG)).unwrap(),
+            ClaimResponse::Mismatch
+        );
+    }
+    let after = versions();
+    assert_eq!(before, after, "no new row version");
+    for row in &after {
+        assert_eq!(row[2].as_deref(), Some("0"), "locked: {row:?}");
+    }
+}
+
+/// Every state a record can be in, against every kind of request (same or other payload,
+/// `once` or not, stealing the current fence or not): the answer is `record::decide`'s table,
+/// and a request turned down leaves the record as it was. The claim statement only pre-filters
+/// on the server (absent, no clock running, or the fence to steal) and leaves the exact
+/// decision to the claim function's check on the locked row, so the rare corners (a mismatch
+/// on an abandoned claim, a `once` call on an expired record) are where a slip would show.
+#[test]
+fn every_state_against_every_request_follows_the_decision_table() {
+    let Some(url) = url() else { return };
+    let (store, t) = fresh(&url, "states");
+    let fp = Fingerprint::of(&"same").unwrap();
+    let other = Fingerprint::of(&"other").unwrap();
+    let (h1, h2) = (Holder::current(), Holder::current());
+    #[derive(Debug, Clone, Copy, PartialEq)]
+    enum State {
+        Released,
+        CompletedLive,
+        CompletedExpired,
+        Unknown,
+        InProgressLive,
+        InProgressExpired,
+    }
+    #[derive(Debug, PartialEq)]
+    enum Answer {
+        Claim { abandoned: bool, unknown: bool },
+        Replay,
+        Mismatch,
+        Busy,
+    }
+    let states = [
+        State::Released,
+        State::CompletedLive,
+        State::CompletedExpired,
+        State::Unknown,
+        State::InProgressLive,
+        State::InProgressExpired,
+    ];
+    let mut n = 0;
+    for state in states {
+        for same in [true, false] {
+            for once in [false, true] {
+                for steal in [false, true] {
+                    n += 1;
+                    let key = Key::new("s", &n);
+                    let c = claimed(store.claim(&request(&key, &fp, &h1, LONG)));
+                    match state {
+                        State::Released => store.release(&c).unwrap(),
+                        State::CompletedLive | State::CompletedExpired => {
+                            store.complete(&c, b"r", LONG).unwrap()
+                        }
+                        State::Unknown => store.mark_unknown(&c).unwrap(),
+                        State::InProgressLive | State::InProgressExpired => {}
+                    }
+                    let past = match state {
+                        State::CompletedExpired => "expires_at",
+                        State::InProgressExpired => "lease_until",
+                        _ => "",
+                    };
+                    if !past.is_empty() {
+                        psql(
+                            &url,
+                            &format!(
+                                "UPDATE \"{}\" SET {past} = now() - interval '1 second' \
+                                 WHERE id = '{}'",
+                                t.name,
+                                key.id()
+                            ),
+                        )
+                        .unwrap();
+                    }
+                    let before = store.inspect(&key).unwrap().unwrap();
+                    let mut req = request(&key, if same { &fp } else { &other }, &h2, LONG);
+                    req.once = once;
+                    req.steal = steal.then_some(c.fence);
+                    let expected = match state {
+                        State::Released => Answer::Claim {
+                            abandoned: false,
+                            unknown: false,
+                        },
+                        State::CompletedExpired if !once => Answer::Claim {
+                            abandoned: false,
+                            unknown: false,
+                        },
+                        _ if !same => Answer::Mismatch,
+                        State::CompletedLive | State::CompletedExpired => Answer::Replay,
+                        State::Unknown => Answer::Claim {
+                            abandoned: true,
+                            unknown: true,
+                        },
+                        State::InProgressLive if !steal => Answer::Busy,
+                        State::InProgressLive | State::InProgressExpired => Answer::Claim {
+                            abandoned: true,
+                            unknown: false,
+                        },
+                    };
+                    let answer = match store.claim(&req).unwrap() {
+                        ClaimResponse::Claimed(won) => {
+                            assert!(won.fence > c.fence);
+                            let ab = won.abandoned.as_ref();
+                            if let Some(ab) = ab {
+                                assert_eq!(ab.fence, c.fence);
+                                assert_eq!(ab.holder.as_ref(), Some(&h1));
+                            }
+                            Answer::Claim {
+                                abandoned: ab.is_some(),
+                                unknown: ab.is_some_and(|a| a.outcome_unknown),
+                            }
+                        }
+                        ClaimResponse::Replay(r) => {
+                            assert_eq!((r.fence, r.result.as_slice()), (c.fence, &b"r"[..]));
+                            Answer::Replay
+                        }
+                        ClaimResponse::Mismatch => Answer::Mismatch,
+                        ClaimResponse::Busy(b) => {
+                            assert_eq!((b.fence, &b.holder), (c.fence, &h1));
+                            assert!(b.lease_remaining > Duration::from_secs(50));
+                            Answer::Busy
+                        }
+                    };
+                    let case = format!("{state:?}, same {same}, once {once}, steal {steal}");
+                    assert_eq!(answer, expected, "{case}");
+                    if !matches!(answer, Answer::Claim { .. }) {
+                        let after = store.inspect(&key).unwrap().unwrap();
+                        assert_eq!(
+                            (after.status, after.fence, after.holder.as_ref()),
+                            (before.status, before.fence, before.holder.as_ref()),
+                            "{case}: untouched"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn many_instances_create_the_schema_at_once() {
     let Some(url) = url() else { return };

@@ -332,6 +332,36 @@ fn col<'r, T: tokio_postgres::types::FromSql<'r>>(
     })
 }
 
+/// A `timestamptz` as the server sends it: microseconds since 2000-01-01 UTC, `infinity` and
+/// `-infinity` as the largest and smallest `i64`. Only compared and subtracted, never turned
+/// into a calendar time, so no value of the column can make it fail.
+#[derive(Clone, Copy, Debug)]
+struct PgTime(i64);
+
+impl PgTime {
+    /// How long after `now` this time is; `None` when it is not later.
+    fn after(self, now: PgTime) -> Option<Duration> {
+        let us = i128::from(self.0) - i128::from(now.0);
+        (us > 0).then(|| Duration::from_micros(u64::try_from(us).unwrap_or(u64::MAX)))
+    }
+}
+
+impl<'a> tokio_postgres::types::FromSql<'a> for PgTime {
+    fn from_sql(
+        _: &tokio_postgres::types::Type,
+        raw: &'a [u8],
+    ) -> Result<PgTime, Box<dyn std::error::Error + Sync + Send>> {
+        let bytes: [u8; 8] = raw
+            .try_into()
+            .map_err(|_| format!("a timestamptz of {} bytes, not 8", raw.len()))?;
+        Ok(PgTime(i64::from_be_bytes(bytes)))
+    }
+
+    fn accepts(ty: &tokio_postgres::types::Type) -> bool {
+        *ty == tokio_postgres::types::Type::TIMESTAMPTZ
+    }
+}
+
 /// Reads the claim statement's row; `None` means a concurrent claim won the race between the
 /// snapshot and the row lock, and the statement must run again.
 fn answer(key: &Key, req: &ClaimRequest<'_>, row: &Row) -> Result<Option<ClaimResponse>, Error> {
@@ -373,10 +403,14 @@ fn answer(key: &Key, req: &ClaimRequest<'_>, row: &Row) -> Result<Option<ClaimRe
         return Ok(None);
     };
     let same: Option<bool> = col(key, row, 3)?;
-    let lease_us: Option<i64> = col(key, row, 6)?;
-    let expired: Option<bool> = col(key, row, 7)?;
+    let lease_until: Option<PgTime> = col(key, row, 6)?;
+    let expires_at: Option<PgTime> = col(key, row, 7)?;
     let result: Option<Vec<u8>> = col(key, row, 8)?;
-    let has_lease: Option<bool> = col(key, row, 9)?;
+    let now: PgTime = col(key, row, 9)?;
+    // Judged on the server's clock, as the statement's `now()` saw it.
+    let lease_left = lease_until.and_then(|until| until.after(now));
+    let expired = expires_at.map(|at| at.0 <= now.0);
+    let has_lease = lease_until.is_some();
     // A record the statement cannot judge (no expiry on a completed record, no lease on an
     // in-progress one) is not a reason to run again, nor a passing failure: it is corrupt.
     let missing = |what: &str| {
@@ -390,7 +424,7 @@ fn answer(key: &Key, req: &ClaimRequest<'_>, row: &Row) -> Result<Option<ClaimRe
     };
     match status {
         Status::Completed if expired.is_none() => return Err(missing("expiry")),
-        Status::InProgress if has_lease != Some(true) => return Err(missing("lease")),
+        Status::InProgress if !has_lease => return Err(missing("lease")),
         _ => {}
     }
     Ok(match status {
@@ -408,7 +442,7 @@ fn answer(key: &Key, req: &ClaimRequest<'_>, row: &Row) -> Result<Option<ClaimRe
             }
         },
         Status::Unknown => None,
-        Status::InProgress => match duration_from_micros(lease_us) {
+        Status::InProgress => match lease_left {
             Some(left) if req.steal != Some(fence) => {
                 let holder = match holder.as_deref() {
                     Some(h) => Holder::decode(h).ok_or_else(|| {
@@ -484,4 +518,24 @@ fn view(row: &Row) -> Result<RecordView, Error> {
         result,
         age,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::PgTime;
+    use std::time::Duration;
+
+    #[test]
+    fn time_left_is_a_difference_of_server_times_and_never_overflows() {
+        let now = PgTime(1_000);
+        assert_eq!(PgTime(1_500).after(now), Some(Duration::from_micros(500)));
+        assert_eq!(PgTime(1_000).after(now), None, "ends now: not left");
+        assert_eq!(PgTime(999).after(now), None);
+        // `infinity` and `-infinity` as PostgreSQL sends them.
+        assert_eq!(
+            PgTime(i64::MAX).after(PgTime(i64::MIN)),
+            Some(Duration::from_micros(u64::MAX))
+        );
+        assert_eq!(PgTime(i64::MIN).after(PgTime(i64::MAX)), None);
+    }
 }

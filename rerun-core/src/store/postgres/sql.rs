@@ -317,31 +317,40 @@ impl Sql {
             // $6 lease in microseconds, $7 the fence to steal (NULL: none).
             //
             // A plain read of the record by its primary key, in this statement's snapshot:
-            // when it shows a completed record, a mismatch or a live holder, the statement
+            // when it shows a completed record within its ttl or a live holder, the statement
             // writes nothing, takes no lock beyond the read's and no transaction id, so a
             // repeated call costs one read-only round trip, no WAL flush, and a plan as cheap
             // as any `SELECT` by key; replays never queue behind each other.
             //
-            // When the read shows the key absent or claimable, the claim function writes the
-            // claim, compare-and-set against what was read (see `Names::claim_function`). If
-            // a concurrent claim won, the first column is NULL while `cur` looks claimable (or
-            // is empty): the caller re-runs the statement on a fresh snapshot.
-            "SELECT CASE WHEN cur.status IS NULL OR {cur_claimable} IS TRUE
+            // When the read shows the key absent or possibly claimable, the claim function
+            // writes the claim, compare-and-set against what was read (see
+            // `Names::claim_function`). If a concurrent claim won, the first column is NULL
+            // while `cur` looks claimable (or is empty): the caller re-runs the statement on a
+            // fresh snapshot.
+            //
+            // "Possibly claimable" is a cheap superset of `claimable`: the record is absent,
+            // or none of its clocks (a lease, an expiry) still runs, or its fence is the one to
+            // steal. It leaves out exactly the two frequent answers that must stay plain reads:
+            // a completed record within its ttl (a replay or a mismatch) and a live claim (a
+            // busy key polled by a waiting duplicate). For the rare rest (a mismatch on an
+            // abandoned claim, a `once` call meeting an expired record) the function runs and
+            // its own `claimable` check, on the locked row, turns the claim down.
+            //
+            // The other columns are the record as stored, and the statement's `now()`: the
+            // client computes what remains of the lease and whether the ttl ran out, on the
+            // server's clock. Each computed column is an expression the executor sets up on
+            // every run of the statement, and a repeated call is nothing but this statement.
+            "SELECT CASE WHEN COALESCE(cur.lease_until, cur.expires_at, '-infinity') <= now()
+                           OR cur.fence = $7
                          THEN {claim_fn}($1, $2, $3, $4, $5, $6, $7, cur.fence, cur.status) END,
                     cur.status, cur.fence, cur.fingerprint = $3, cur.holder, cur.once,
-                    CASE WHEN cur.lease_until > now()
-                         THEN (extract(epoch FROM cur.lease_until - now()) * 1000000)::bigint END,
-                    cur.expires_at <= now(),
-                    CASE WHEN cur.status = 'completed' AND cur.fingerprint = $3
-                              AND (cur.expires_at > now() OR $5) THEN cur.result END,
-                    cur.lease_until IS NOT NULL
+                    cur.lease_until, cur.expires_at, cur.result, now()
                FROM (SELECT 1) AS one LEFT JOIN (
                     SELECT status, fence, fingerprint, holder, once, lease_until, expires_at,
                            result
                       FROM {t} WHERE scope = $1 AND id = $2
                ) AS cur ON true",
             claim_fn = n.claim_fn,
-            cur_claimable = claimable("cur", "$3", "$5", "$7"),
         );
         let texts = [
             claim,
