@@ -9,7 +9,9 @@
 -- ARGV[5]  the fence whose holder the caller proved dead (steal), or ''
 --
 -- Replies:
---   {'claimed', fence[, abandoned fence, abandoned holder, '1' if its outcome is unknown]}
+--   fence, an integer: claimed, nothing abandoned (the most frequent answer, and the cheapest
+--   to send: no table to build)
+--   {'claimed', fence, abandoned fence, abandoned holder, '1' if its outcome is unknown}
 --   the record itself, when it is completed (see replay.lua)
 --   {'replay', fence, result} | {'mismatch'} | {'busy', fence, holder, lease left in us}
 --   {'version', found} (written by a newer rerun) | {'corrupt', why}
@@ -74,4 +76,4 @@ redis.call('SET', rec, build('p', once, fe, now + lease_us, 0, at, fp, holder, '
 if abandoned then
   return {'claimed', fe, abandoned[1], abandoned[2], abandoned[3]}
 end
-return {'claimed', fe}
+return fence

@@ -18,13 +18,16 @@
 local FORMAT = '@FORMAT@'
 local HEADER = 103
 
--- Formatting a number is most of the cost of writing a record (about a microsecond each), so
--- a zero is a constant and a field read from a record is written back as it was read.
+-- Formatting a number is most of the cost of writing a record, so a zero is a constant, a
+-- field read from a record is written back as it was read, and numbers are formatted as
+-- integers ('%d': a C integer conversion, a third of the time of '%.0f', which goes through
+-- the floating-point printer). Every number here is a whole one below 2^53 (fields are capped
+-- at WIDEST, spans at the client), so the conversion to a C long is exact.
 local ZERO = '0000000000000000'
 local function pad(n)
   if type(n) == 'string' then return n end
   if n == 0 then return ZERO end
-  return string.format('%016.0f', n)
+  return string.format('%016d', n)
 end
 
 -- Numbers are numbers or 16-digit fields (`pad`).
@@ -108,7 +111,7 @@ local function clock()
 end
 
 local function num(n)
-  return string.format('%.0f', n)
+  return string.format('%d', n)
 end
 
 -- The claim a fenced script acts for: the record, or a reply ('lost', 'version:N').

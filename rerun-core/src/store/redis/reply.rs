@@ -17,7 +17,7 @@ use super::SCHEMA_VERSION;
 
 /// Whether a claim script's reply grants the claim.
 pub(super) fn is_claimed(reply: &Value) -> bool {
-    items(reply).first().and_then(text) == Some("claimed")
+    matches!(reply, Value::Int(_)) || items(reply).first().and_then(text) == Some("claimed")
 }
 
 /// What a fenced script answered.
@@ -106,8 +106,14 @@ fn replay_of(req: &ClaimRequest<'_>, raw: &[u8]) -> Result<ClaimResponse, Error>
 
 pub(super) fn parse_claim(req: &ClaimRequest<'_>, reply: &Value) -> Result<ClaimResponse, Error> {
     let key = req.key;
-    if let Value::BulkString(raw) = reply {
-        return replay_of(req, raw);
+    match reply {
+        Value::BulkString(raw) => return replay_of(req, raw),
+        // Claimed, nothing abandoned: the script's fence, as an integer.
+        Value::Int(fence) => {
+            let fence = u64::try_from(*fence).map_err(|_| unexpected(key, "claiming", reply))?;
+            return Ok(ClaimResponse::Claimed(Claim::granted(req, fence, None)));
+        }
+        _ => {}
     }
     let parts = items(reply);
     let bad = || unexpected(key, "claiming", reply);
@@ -244,4 +250,54 @@ pub(super) fn view_of(key: &Key, now: u64, raw: &[u8]) -> Result<Option<RecordVi
         result: (status == Status::Completed).then(|| r.result.to_vec()),
         age: (r.changed > 0).then(|| Duration::from_micros(now.saturating_sub(r.changed))),
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_claim_granted_with_nothing_abandoned_is_the_bare_fence() {
+        let key = Key::new("s", "k");
+        let fp = Fingerprint::of(&1).unwrap_or_else(|e| panic!("{e}"));
+        let holder = Holder::current();
+        let req = ClaimRequest {
+            key: &key,
+            fingerprint: &fp,
+            holder: &holder,
+            lease: Duration::from_secs(30),
+            once: false,
+            steal: None,
+        };
+        let reply = Value::Int(1_796_168_993_720_139);
+        assert!(is_claimed(&reply));
+        match parse_claim(&req, &reply) {
+            Ok(ClaimResponse::Claimed(c)) => {
+                assert_eq!(c.fence, 1_796_168_993_720_139);
+                assert!(c.abandoned.is_none());
+            }
+            other => panic!("{other:?}"),
+        }
+        // A negative integer is no fence: an error, not a claim.
+        let bad = Value::Int(-1);
+        assert!(parse_claim(&req, &bad).is_err());
+        // The table form still carries what was abandoned.
+        let table = Value::Array(vec![
+            Value::BulkString(b"claimed".to_vec()),
+            Value::BulkString(b"0000000000000009".to_vec()),
+            Value::BulkString(b"0000000000000008".to_vec()),
+            Value::BulkString(holder.encode().into_bytes()),
+            Value::BulkString(b"1".to_vec()),
+        ]);
+        assert!(is_claimed(&table));
+        match parse_claim(&req, &table) {
+            Ok(ClaimResponse::Claimed(c)) => {
+                assert_eq!(c.fence, 9);
+                let ab = c.abandoned.unwrap_or_else(|| panic!("abandoned"));
+                assert_eq!((ab.fence, ab.outcome_unknown), (8, true));
+                assert_eq!(ab.holder, Some(holder.clone()));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
 }
