@@ -80,12 +80,15 @@ impl Seen {
     }
 }
 
-/// Key redaction is process-wide: the tests that log keys take turns.
-static REDACTION: std::sync::Mutex<()> = std::sync::Mutex::new(());
+/// The tests of this binary take turns. Key redaction is process-wide, and so is tracing's
+/// cache of each callsite's interest: a callsite first reached on a thread with no subscriber
+/// while another test installs its scoped one can be cached as "never", and that test then
+/// misses the event (a takeover event went missing this way while the metrics test ran).
+static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 #[test]
 fn every_call_is_one_span_with_its_outcome_and_events_say_what_operators_need() {
-    let _turn = REDACTION.lock().unwrap_or_else(|p| p.into_inner());
+    let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
     let seen = Seen::default();
     let subscriber = tracing_subscriber::registry().with(seen.clone());
     tracing::subscriber::with_default(subscriber, || {
@@ -176,7 +179,7 @@ fn every_call_is_one_span_with_its_outcome_and_events_say_what_operators_need() 
 
 #[test]
 fn keys_can_be_logged_as_a_digest() {
-    let _turn = REDACTION.lock().unwrap_or_else(|p| p.into_inner());
+    let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
     let seen = Seen::default();
     let subscriber = tracing_subscriber::registry().with(seen.clone());
     rerun_core::telemetry::redact_keys(true);
@@ -200,6 +203,7 @@ fn keys_can_be_logged_as_a_digest() {
 
 #[test]
 fn the_metric_series_of_contract_13() {
+    let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
     let recorder = DebuggingRecorder::new();
     let snapshotter = recorder.snapshotter();
     metrics::with_local_recorder(&recorder, || {
