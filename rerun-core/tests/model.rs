@@ -1,5 +1,5 @@
 //! Model-based sequences (reliability 21): random sequences of calls, failures, panics,
-//! abandoned claims, forgets and clock moves, run against a reference model of contract
+//! abandoned claims, forgets, purges and clock moves, run against a reference model of contract
 //! section 3 and against MemoryStore and SqliteStore. Every step's outcome and every record
 //! must match the model.
 
@@ -45,6 +45,8 @@ enum Op {
     Advance {
         secs: u64,
     },
+    /// Deletes every completed record past its ttl.
+    Purge,
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -57,6 +59,7 @@ fn op() -> impl Strategy<Value = Op> {
         10 => (0..KEYS, 0u8..2, any::<bool>(), body).prop_map(|(key, payload, once, body)| Op::Call { key, payload, once, body }),
         2 => (0..KEYS, 0u8..2, any::<bool>()).prop_map(|(key, payload, once)| Op::Abandon { key, payload, once }),
         1 => (0..KEYS).prop_map(|key| Op::Forget { key }),
+        1 => Just(Op::Purge),
         3 => prop_oneof![Just(1u64), Just(9), Just(10), Just(11), Just(99), Just(100), Just(101)].prop_map(|secs| Op::Advance { secs }),
     ]
 }
@@ -169,6 +172,13 @@ impl World {
                 }
             }
         }
+    }
+
+    /// Purging deletes the completed records whose ttl has run out.
+    fn purge(&mut self) {
+        let now = self.now;
+        self.records
+            .retain(|_, m| !matches!(m, Model::Completed { expires, .. } if now >= *expires));
     }
 
     /// An abandoning claim succeeds where a call would claim.
@@ -288,6 +298,12 @@ fn run_sequence(
                 world.records.remove(key);
                 store
                     .forget(&Key::new(scope.to_owned(), key))
+                    .map_err(|e| TestCaseError::fail(e.to_string()))?;
+            }
+            Op::Purge => {
+                world.purge();
+                store
+                    .purge_expired(1000)
                     .map_err(|e| TestCaseError::fail(e.to_string()))?;
             }
             Op::Advance { secs } => {

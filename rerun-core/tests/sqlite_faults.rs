@@ -430,7 +430,9 @@ fn claims_that_read_a_free_key_while_another_connection_writes_claim_it_once() {
         // A write the readers' snapshots do not include: their upgrades would be refused even
         // without the lock.
         writer
-            .execute_batch("UPDATE rerun_meta SET value = value + 1 WHERE name = 'fence'; COMMIT")
+            .execute_batch(
+                "UPDATE rerun_meta SET value = value + 1 WHERE name = 'fence_floor'; COMMIT",
+            )
             .unwrap();
         [first.join().unwrap(), second.join().unwrap()]
     });

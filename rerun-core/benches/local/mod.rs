@@ -121,7 +121,8 @@ impl RawSqlite {
         .ok()?
     }
 
-    /// Read; if absent, claim in an immediate transaction, run, and complete.
+    /// Read; if absent, claim (a fence above the floor) in an immediate transaction, run, and
+    /// complete.
     pub fn call(&self, n: u64) -> Receipt {
         let id = Key::new(SCOPE, &n).id().to_owned();
         let fp = Fingerprint::of(&order(n))
@@ -138,11 +139,10 @@ impl RawSqlite {
         c.execute_batch("BEGIN IMMEDIATE").ok();
         let _ = Self::read(c, &id);
         let fence: i64 = c
-            .prepare_cached(
-                "UPDATE rerun_meta SET value = value + 1 WHERE name = 'fence' RETURNING value",
-            )
-            .and_then(|mut s| s.query_row([], |r| r.get(0)))
-            .unwrap_or(0);
+            .prepare_cached("SELECT value FROM rerun_meta WHERE name = 'fence_floor'")
+            .and_then(|mut s| s.query_row([], |r| r.get::<_, i64>(0)))
+            .unwrap_or(0)
+            + 1;
         c.prepare_cached(
             "INSERT OR REPLACE INTO rerun_records (scope, id, status, fence, fingerprint, holder, once, \
              boot_id, lease_until, expires_mono, expires_wall, result) \

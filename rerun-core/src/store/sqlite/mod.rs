@@ -384,6 +384,24 @@ impl SqliteStore {
         }
     }
 
+    /// The fence for a new claim of a key whose record's fence is `top` (0: none): above it
+    /// and above every deleted record's.
+    fn next_fence(&self, conn: &Connection, key: &Key, top: u64) -> Result<u64, Error> {
+        let floor: i64 = conn
+            .prepare_cached(sql::FENCE_FLOOR)
+            .and_then(|mut s| s.query_row([], |r| r.get(0)))
+            .map_err(|e| sql_err(Some(key), "drawing a fence", e))?;
+        let corrupt = |why: String| Error::corrupt(key, crate::error::CorruptKind::Record(why));
+        let floor =
+            u64::try_from(floor).map_err(|_| corrupt(format!("the fence floor is {floor}")))?;
+        top.max(floor)
+            .checked_add(1)
+            .filter(|f| i64::try_from(*f).is_ok())
+            .ok_or_else(|| {
+                corrupt("the key's fences reached the largest integer SQLite stores".into())
+            })
+    }
+
     fn answer(
         &self,
         req: &ClaimRequest<'_>,
@@ -471,42 +489,66 @@ impl SqliteStore {
         if begin == Begin::Deferred && req.once {
             return Ok(None);
         }
-        // The first write: in a deferred transaction, the upgrade to the write lock.
-        let fence: i64 = match conn
-            .prepare_cached(sql::NEXT_FENCE)
-            .and_then(|mut s| s.query_row([], |r| r.get(0)))
-        {
-            Ok(fence) => fence,
-            Err(e) if begin == Begin::Deferred && is_busy(&e) => return Ok(None),
-            Err(e) => return Err(sql_err(Some(key), "drawing a fence", e)),
-        };
-        let fence = u64::try_from(fence).map_err(|_| {
-            Error::corrupt(
-                key,
-                crate::error::CorruptKind::Record(format!("the fence counter is {fence}")),
-            )
-        })?;
+        let top = current.as_ref().map_or(0, |rec| rec.fence);
+        let fence = self.next_fence(conn, key, top)?;
         let rec = LocalRecord::claimed(req, fence, now);
-        conn.prepare_cached(sql::CLAIM)
-            .and_then(|mut s| {
-                s.execute(params![
-                    key.scope(),
-                    key.id(),
-                    to_sql_ns(fence),
-                    &rec.fingerprint.0[..],
-                    req.holder.encode(),
-                    req.once,
-                    &*rec.boot_id,
-                    to_sql_ns(rec.lease_until_ns),
-                    rec.lease_until_wall_ms,
-                    rec.changed_wall_ms,
-                ])
-            })
-            .map_err(|e| sql_err(Some(key), "claiming", e))?;
+        // The first write: in a deferred transaction, the upgrade to the write lock.
+        let written = conn.prepare_cached(sql::CLAIM).and_then(|mut s| {
+            s.execute(params![
+                key.scope(),
+                key.id(),
+                to_sql_ns(fence),
+                &rec.fingerprint.0[..],
+                req.holder.encode(),
+                req.once,
+                &*rec.boot_id,
+                to_sql_ns(rec.lease_until_ns),
+                rec.lease_until_wall_ms,
+                rec.changed_wall_ms,
+            ])
+        });
+        match written {
+            Ok(_) => {}
+            Err(e) if begin == Begin::Deferred && is_busy(&e) => return Ok(None),
+            Err(e) => return Err(sql_err(Some(key), "claiming", e)),
+        }
         step("COMMIT", "committing the claim")?;
         Ok(Some(ClaimResponse::Claimed(Claim::granted(
             req, fence, abandoned,
         ))))
+    }
+}
+
+impl SqliteStore {
+    /// Runs `delete`, a statement returning the fences of the records it deletes, and raises
+    /// the fence floor above them, in one write transaction; how many it deleted.
+    fn deleting(
+        &self,
+        key: Option<&Key>,
+        what: &str,
+        delete: &str,
+        args: &[&dyn rusqlite::ToSql],
+    ) -> Result<u64, Error> {
+        self.with(key, self.inner.busy_timeout, |conn| {
+            let steps = || -> rusqlite::Result<u64> {
+                conn.prepare_cached("BEGIN IMMEDIATE")?.execute([])?;
+                let (mut deleted, mut top) = (0u64, 0i64);
+                {
+                    let mut stmt = conn.prepare_cached(delete)?;
+                    let fences = stmt.query_map(args, |r| r.get::<_, i64>(0))?;
+                    for fence in fences {
+                        deleted += 1;
+                        top = top.max(fence?);
+                    }
+                }
+                if deleted > 0 {
+                    conn.prepare_cached(sql::RAISE_FLOOR)?.execute([top])?;
+                }
+                conn.prepare_cached("COMMIT")?.execute([])?;
+                Ok(deleted)
+            };
+            steps().map_err(|e| sql_err(key, what, e))
+        })
     }
 }
 
@@ -602,21 +644,20 @@ impl Store for SqliteStore {
     }
 
     fn forget(&self, key: &Key) -> Result<bool, Error> {
-        self.with(Some(key), self.inner.busy_timeout, |conn| {
-            conn.prepare_cached(sql::FORGET)
-                .and_then(|mut s| s.execute(params![key.scope(), key.id()]))
-                .map(|n| n > 0)
-                .map_err(|e| sql_err(Some(key), "forgetting the key", e))
-        })
+        let (scope, id) = (key.scope(), key.id());
+        self.deleting(Some(key), "forgetting the key", sql::FORGET, &[&scope, &id])
+            .map(|n| n > 0)
     }
 
     fn forget_if(&self, key: &Key, fence: crate::record::Fence) -> Result<bool, Error> {
-        self.with(Some(key), self.inner.busy_timeout, |conn| {
-            conn.prepare_cached(sql::FORGET_IF)
-                .and_then(|mut s| s.execute(params![key.scope(), key.id(), to_sql_ns(fence)]))
-                .map(|n| n > 0)
-                .map_err(|e| sql_err(Some(key), "forgetting the key", e))
-        })
+        let (scope, id, fence) = (key.scope(), key.id(), to_sql_ns(fence));
+        self.deleting(
+            Some(key),
+            "forgetting the key",
+            sql::FORGET_IF,
+            &[&scope, &id, &fence],
+        )
+        .map(|n| n > 0)
     }
 
     fn inspect(&self, key: &Key) -> Result<Option<RecordView>, Error> {
@@ -703,19 +744,16 @@ impl Store for SqliteStore {
     fn purge_expired(&self, limit: usize) -> Result<u64, Error> {
         let now = self.inner.clock.now();
         let boot: &str = this_boot();
-        self.with(None, self.inner.busy_timeout, |conn| {
-            conn.prepare_cached(sql::PURGE)
-                .and_then(|mut s| {
-                    s.execute(params![
-                        boot,
-                        to_sql_ns(now.mono_ns),
-                        now.wall_ms,
-                        i64::try_from(limit).unwrap_or(i64::MAX)
-                    ])
-                })
-                .map(|n| n as u64)
-                .map_err(|e| sql_err(None, "purging expired records", e))
-        })
+        let (mono, limit) = (
+            to_sql_ns(now.mono_ns),
+            i64::try_from(limit).unwrap_or(i64::MAX),
+        );
+        self.deleting(
+            None,
+            "purging expired records",
+            sql::PURGE,
+            &[&boot, &mono, &now.wall_ms, &limit],
+        )
     }
 
     fn shared(&self) -> Arc<dyn Store> {

@@ -3,10 +3,17 @@
 /// The schema version this build writes; a database with a newer one is refused, an older one
 /// is migrated when the store opens it (see [`MIGRATIONS`]).
 ///
+/// The step to 4 carries the old counter over as the floor and deletes the counter's row: a
+/// process of an earlier build still running draws its fences from that row, so its claims now
+/// fail with a store error ("drawing a fence") instead of handing out a fence this build does
+/// not know of; its replays keep working.
+///
 /// 1. rerun 0.1.
 /// 2. `lease_wall`: the lease end on the wall clock, for readers of another boot id.
 /// 3. `changed_wall` (when the record entered its state) and the index of open records.
-pub const SCHEMA_VERSION: i64 = 3;
+/// 4. Fences drawn per key above `fence_floor` (the highest fence of any deleted record)
+///    instead of from a store-wide counter, so that a claim writes no page but its key's.
+pub const SCHEMA_VERSION: i64 = 4;
 
 /// The statements that take a database from version `n` to `n + 1`, at index `n - 1`. They run
 /// inside the `BEGIN IMMEDIATE` transaction of [`SCHEMA`], so that when many processes open an
@@ -18,6 +25,11 @@ pub(super) const MIGRATIONS: &[&str] = &[
      CREATE INDEX IF NOT EXISTS rerun_records_open ON rerun_records (scope, id)
          WHERE status IN ('in_progress', 'unknown');
      UPDATE rerun_meta SET value = 3 WHERE name = 'schema_version';",
+    "UPDATE rerun_meta SET value = max(value,
+         coalesce((SELECT value FROM rerun_meta WHERE name = 'fence'), 0))
+         WHERE name = 'fence_floor';
+     DELETE FROM rerun_meta WHERE name = 'fence';
+     UPDATE rerun_meta SET value = 4 WHERE name = 'schema_version';",
 ];
 
 /// Created in one `BEGIN IMMEDIATE` transaction, so that many processes opening a new file at
@@ -28,7 +40,7 @@ CREATE TABLE IF NOT EXISTS rerun_meta (
     name  TEXT PRIMARY KEY,
     value INTEGER NOT NULL
 ) WITHOUT ROWID;
-INSERT OR IGNORE INTO rerun_meta (name, value) VALUES ('schema_version', 3), ('fence', 0);
+INSERT OR IGNORE INTO rerun_meta (name, value) VALUES ('schema_version', 4), ('fence_floor', 0);
 CREATE TABLE IF NOT EXISTS rerun_records (
     scope        TEXT    NOT NULL,
     id           TEXT    NOT NULL,
@@ -103,10 +115,14 @@ pub(super) fn read_page(
     sql
 }
 
-/// Draws the next fence from the one store-wide counter, inside the claim's transaction: fences
-/// grow across release, takeover, `forget` and purging, which delete nothing of the counter.
-pub(super) const NEXT_FENCE: &str =
-    "UPDATE rerun_meta SET value = value + 1 WHERE name = 'fence' RETURNING value";
+/// The highest fence of any deleted record: a claim's fence is above it and above its key's
+/// own record's. Fences grow per key across release, takeover, `forget` and purging without a
+/// write of their own: a deletion raises the floor in its transaction ([`RAISE_FLOOR`]).
+pub(super) const FENCE_FLOOR: &str = "SELECT value FROM rerun_meta WHERE name = 'fence_floor'";
+
+/// Raises the floor to `?1`, the highest fence a deletion in this transaction took away.
+pub(super) const RAISE_FLOOR: &str =
+    "UPDATE rerun_meta SET value = ?1 WHERE name = 'fence_floor' AND value < ?1";
 
 /// Writes a claim, in the transaction that read the record: one that held the write lock when it
 /// read (`BEGIN IMMEDIATE`), or a deferred one that SQLite let upgrade to a write, which it does
@@ -141,16 +157,18 @@ pub(super) const MARK_UNKNOWN: &str = "UPDATE rerun_records SET status = 'unknow
      changed_wall = ?4 \
      WHERE scope = ?1 AND id = ?2 AND fence = ?3 AND status = 'in_progress'";
 
-/// Forgets a key whatever its state; the fence counter keeps later tokens growing.
-pub(super) const FORGET: &str = "DELETE FROM rerun_records WHERE scope = ?1 AND id = ?2";
+/// Forgets a key whatever its state, returning its fence for the floor.
+pub(super) const FORGET: &str =
+    "DELETE FROM rerun_records WHERE scope = ?1 AND id = ?2 RETURNING fence";
 
 /// Forgets a key only while its latest claim is the one an operator looked at.
 pub(super) const FORGET_IF: &str =
-    "DELETE FROM rerun_records WHERE scope = ?1 AND id = ?2 AND fence = ?3";
+    "DELETE FROM rerun_records WHERE scope = ?1 AND id = ?2 AND fence = ?3 RETURNING fence";
 
-/// Deletes completed records past their expiry: on the monotonic clock for records of this
-/// boot, on the wall clock for records of an earlier boot (whose monotonic times mean nothing now).
+/// Deletes completed records past their expiry, returning their fences for the floor: on the
+/// monotonic clock for records of this boot, on the wall clock for records of an earlier boot
+/// (whose monotonic times mean nothing now).
 pub(super) const PURGE: &str = "DELETE FROM rerun_records WHERE (scope, id) IN (
     SELECT scope, id FROM rerun_records WHERE status = 'completed' AND (
         (boot_id = ?1 AND expires_mono <= ?2) OR (boot_id <> ?1 AND expires_wall <= ?3))
-    LIMIT ?4)";
+    LIMIT ?4) RETURNING fence";
