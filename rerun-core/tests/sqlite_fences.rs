@@ -80,6 +80,41 @@ fn a_claim_leaves_the_floor_as_it_is() {
     );
 }
 
+/// A floor edited away or into something else is `Corrupt`: no claim is written, a completed
+/// record still replays.
+#[test]
+fn a_damaged_floor_is_corrupt_and_nothing_is_claimed() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rerun.sqlite3");
+    let store = SqliteStore::open(&path).unwrap();
+    Call::new("floor", "done")
+        .run(&store, || Ok::<_, Error>(1))
+        .unwrap();
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    for damage in [
+        "UPDATE rerun_meta SET value = -1 WHERE name = 'fence_floor'",
+        "UPDATE rerun_meta SET value = 'x' WHERE name = 'fence_floor'",
+        "DELETE FROM rerun_meta WHERE name = 'fence_floor'",
+    ] {
+        conn.execute(damage, []).unwrap();
+        let mut ran = false;
+        let err = Call::new("floor", "new").run(&store, || {
+            ran = true;
+            Ok::<_, Error>(2)
+        });
+        assert!(
+            matches!(err, Err(Error::Corrupt { .. })),
+            "{damage}: {err:?}"
+        );
+        assert!(!ran);
+        assert!(store.inspect(&Key::new("floor", "new")).unwrap().is_none());
+        let replay = Call::new("floor", "done")
+            .run(&store, || Ok::<_, Error>(3))
+            .unwrap();
+        assert!(replay.replayed && replay.value == 1);
+    }
+}
+
 /// The schema rerun wrote before fences had a floor: a store-wide counter.
 const SCHEMA_3: &str = "
 CREATE TABLE rerun_meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;

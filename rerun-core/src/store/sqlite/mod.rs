@@ -387,13 +387,21 @@ impl SqliteStore {
     /// The fence for a new claim of a key whose record's fence is `top` (0: none): above it
     /// and above every deleted record's.
     fn next_fence(&self, conn: &Connection, key: &Key, top: u64) -> Result<u64, Error> {
-        let floor: i64 = conn
-            .prepare_cached(sql::FENCE_FLOOR)
-            .and_then(|mut s| s.query_row([], |r| r.get(0)))
-            .map_err(|e| sql_err(Some(key), "drawing a fence", e))?;
         let corrupt = |why: String| Error::corrupt(key, crate::error::CorruptKind::Record(why));
-        let floor =
-            u64::try_from(floor).map_err(|_| corrupt(format!("the fence floor is {floor}")))?;
+        let floor = conn
+            .prepare_cached(sql::FENCE_FLOOR)
+            .and_then(|mut s| {
+                s.query_row([], |r| {
+                    Ok(match r.get_ref(0)? {
+                        rusqlite::types::ValueRef::Integer(v) => u64::try_from(v).ok(),
+                        _ => None,
+                    })
+                })
+                .optional()
+            })
+            .map_err(|e| sql_err(Some(key), "drawing a fence", e))?
+            .ok_or_else(|| corrupt("rerun_meta has no fence_floor row".into()))?
+            .ok_or_else(|| corrupt("rerun_meta's fence_floor is not a fence".into()))?;
         top.max(floor)
             .checked_add(1)
             .filter(|f| i64::try_from(*f).is_ok())
