@@ -80,6 +80,28 @@ fn a_claim_leaves_the_floor_as_it_is() {
     );
 }
 
+/// A record whose fence was damaged can still be forgotten, which is how an operator clears it.
+#[test]
+fn a_record_with_a_damaged_fence_can_be_forgotten() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rerun.sqlite3");
+    let store = SqliteStore::open(&path).unwrap();
+    let first = Call::new("damaged", "k")
+        .run(&store, || Ok::<_, Error>(1))
+        .unwrap();
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    conn.execute("UPDATE rerun_records SET fence = 'x'", [])
+        .unwrap();
+    let key = Key::new("damaged", "k");
+    assert!(matches!(store.inspect(&key), Err(Error::Corrupt { .. })));
+    assert!(store.forget(&key).unwrap());
+    let again = Call::new("damaged", "k")
+        .run(&store, || Ok::<_, Error>(2))
+        .unwrap();
+    assert!(!again.replayed && again.value == 2);
+    assert!(again.fence >= first.fence);
+}
+
 /// A floor edited away or into something else is `Corrupt`: no claim is written, a completed
 /// record still replays.
 #[test]

@@ -543,10 +543,12 @@ impl SqliteStore {
                 let (mut deleted, mut top) = (0u64, 0i64);
                 {
                     let mut stmt = conn.prepare_cached(delete)?;
-                    let fences = stmt.query_map(args, |r| r.get::<_, i64>(0))?;
+                    // A fence that is not an integer (a damaged row) is nobody's: the row is
+                    // deleted all the same, which is how an operator clears it.
+                    let fences = stmt.query_map(args, |r| Ok(r.get_ref(0)?.as_i64().ok()))?;
                     for fence in fences {
                         deleted += 1;
-                        top = top.max(fence?);
+                        top = top.max(fence?.unwrap_or(0));
                     }
                 }
                 if deleted > 0 {

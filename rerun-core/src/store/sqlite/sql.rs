@@ -3,11 +3,6 @@
 /// The schema version this build writes; a database with a newer one is refused, an older one
 /// is migrated when the store opens it (see [`MIGRATIONS`]).
 ///
-/// The step to 4 carries the old counter over as the floor and deletes the counter's row: a
-/// process of an earlier build still running draws its fences from that row, so its claims now
-/// fail with a store error ("drawing a fence") instead of handing out a fence this build does
-/// not know of; its replays keep working.
-///
 /// 1. rerun 0.1.
 /// 2. `lease_wall`: the lease end on the wall clock, for readers of another boot id.
 /// 3. `changed_wall` (when the record entered its state) and the index of open records.
@@ -18,6 +13,11 @@ pub const SCHEMA_VERSION: i64 = 4;
 /// The statements that take a database from version `n` to `n + 1`, at index `n - 1`. They run
 /// inside the `BEGIN IMMEDIATE` transaction of [`SCHEMA`], so that when many processes open an
 /// old file at once exactly one migrates it and the others find it migrated.
+///
+/// The step to 4 carries the old counter over as the floor and deletes the counter's row: a
+/// process of an earlier build still running draws its fences from that row, so its claims now
+/// fail with a store error ("drawing a fence") instead of handing out a fence this build does
+/// not know of; its replays keep working.
 pub(super) const MIGRATIONS: &[&str] = &[
     "ALTER TABLE rerun_records ADD COLUMN lease_wall INTEGER NOT NULL DEFAULT 0;
      UPDATE rerun_meta SET value = 2 WHERE name = 'schema_version';",
