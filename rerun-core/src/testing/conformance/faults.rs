@@ -31,19 +31,25 @@ pub(super) fn long_body_kept<S: Store + ?Sized>(
 ) {
     let bodies = AtomicU64::new(0);
     let done = AtomicBool::new(false);
+    let holding = AtomicBool::new(false);
     let tallies: Vec<Tally> = std::thread::scope(|s| {
         let holder = s.spawn(|| {
             let r = Call::new(scope.to_owned(), "long")
                 .lease(lease)
                 .run(store, || {
                     bodies.fetch_add(1, Ordering::SeqCst);
+                    holding.store(true, Ordering::SeqCst);
                     std::thread::sleep(length);
                     Ok::<_, Error>("holder".to_owned())
                 });
             done.store(true, Ordering::SeqCst);
             r
         });
-        std::thread::sleep(Duration::from_millis(30));
+        // The contenders start once the holder holds the key: its first call may have to open
+        // a connection, and a contender that claimed first would be the holder instead.
+        while !holding.load(Ordering::SeqCst) && !holder.is_finished() {
+            std::thread::sleep(Duration::from_millis(5));
+        }
         let handles: Vec<_> = (0..contenders)
             .map(|_| {
                 s.spawn(|| {
