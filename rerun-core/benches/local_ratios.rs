@@ -4,6 +4,10 @@
 //! same writes (`INSERT .. ON CONFLICT DO NOTHING` + `UPDATE`, a `SELECT` for a repeat).
 //! Sequential and with 16 concurrent callers.
 //!
+//! Each cell runs its sides in alternating rounds (`RERUN_BENCH_ROUNDS`, default 5, of
+//! `RERUN_BENCH_MS` each, default 600) and prints each side's median round, so that a stretch of
+//! noise on a shared machine lands on both sides rather than on whichever ran then.
+//!
 //! `cargo bench -p rerun-core --bench local_ratios`
 
 mod local;
@@ -36,6 +40,20 @@ fn rate(threads: usize, window: Duration, f: &(dyn Fn(usize, u64) + Sync)) -> f6
     calls.load(Ordering::Relaxed) as f64 / start.elapsed().as_secs_f64()
 }
 
+/// Runs the sides of one cell in `rounds` alternating rounds; each side's median rate.
+fn cell<const N: usize>(rounds: usize, sides: [&dyn Fn() -> f64; N]) -> [f64; N] {
+    let mut rates = [(); N].map(|()| Vec::with_capacity(rounds));
+    for _ in 0..rounds.max(1) {
+        for (side, rates) in sides.iter().zip(rates.iter_mut()) {
+            rates.push(side());
+        }
+    }
+    rates.map(|mut r| {
+        r.sort_by(f64::total_cmp);
+        r[r.len() / 2]
+    })
+}
+
 fn row(name: &str, ours: f64, theirs: f64) {
     println!(
         "| {name:<34} | {:>12.0} | {:>12.0} | {:>6.2}x | {:>8.2} us | | |",
@@ -63,61 +81,110 @@ fn main() {
         std::env::var("RERUN_BENCH_MS")
             .ok()
             .and_then(|s| s.parse().ok())
-            .unwrap_or(1500),
+            .unwrap_or(600),
     );
+    let rounds: usize = std::env::var("RERUN_BENCH_ROUNDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(5);
     if std::env::args().any(|a| a == "--list") {
         return;
     }
     println!("| case | rerun calls/s | same work calls/s | ratio | rerun per call | floor calls/s | vs floor |");
     println!("|---|---:|---:|---:|---:|---:|---:|");
-    let id = |t: usize, i: u64| 1_000_000_000 * (t as u64 + 1) + i;
+    // A thread's ids are 10^12 apart from the next thread's; a round's 10^9 from the next round's.
+    let id = |t: usize, i: u64| 1_000_000_000_000 * (t as u64 + 1) + i;
 
-    let fresh = || (MemoryStore::new(), Baseline::default());
-    let (store, base) = fresh();
-    let ours = rate(1, window, &|t, i| drop(rerun_call(&store, id(t, i), false)));
-    let theirs = rate(1, window, &|t, i| drop(base.call(id(t, i))));
+    // Each round of a fresh cell starts its ids past the previous round's.
+    let next = AtomicU64::new(0);
+    let base_id = || next.fetch_add(1_000_000_000, Ordering::Relaxed);
+    // A fresh cell on a new store and a new baseline, each side's ids new in every round.
+    let fresh_cell = |callers: usize| {
+        let (store, base) = (MemoryStore::new(), Baseline::default());
+        let rates = cell(
+            rounds,
+            [
+                &|| {
+                    let b = base_id();
+                    rate(callers, window, &|t, i| {
+                        drop(rerun_call(&store, b + id(t, i), false))
+                    })
+                },
+                &|| {
+                    let b = base_id();
+                    rate(callers, window, &|t, i| drop(base.call(b + id(t, i))))
+                },
+            ],
+        );
+        (store, base, rates)
+    };
+
+    let (_, _, [ours, theirs]) = fresh_cell(1);
     row("memory fresh, 1 caller", ours, theirs);
-    let (store, base) = fresh();
-    let ours = rate(16, window, &|t, i| {
-        drop(rerun_call(&store, id(t, i), false))
-    });
-    let theirs = rate(16, window, &|t, i| drop(base.call(id(t, i))));
+    let (store, base, [ours, theirs]) = fresh_cell(16);
     row("memory fresh, 16 callers", ours, theirs);
     rerun_call(&store, 1, false);
     base.call(1);
-    let ours = rate(1, window, &|_, _| drop(rerun_call(&store, 1, false)));
-    let theirs = rate(1, window, &|_, _| drop(base.call(1)));
+    let [ours, theirs] = cell(
+        rounds,
+        [
+            &|| rate(1, window, &|_, _| drop(rerun_call(&store, 1, false))),
+            &|| rate(1, window, &|_, _| drop(base.call(1))),
+        ],
+    );
     row("memory repeated, 1 caller", ours, theirs);
-    let ours = rate(16, window, &|_, _| drop(rerun_call(&store, 1, false)));
-    let theirs = rate(16, window, &|_, _| drop(base.call(1)));
+    let [ours, theirs] = cell(
+        rounds,
+        [
+            &|| rate(16, window, &|_, _| drop(rerun_call(&store, 1, false))),
+            &|| rate(16, window, &|_, _| drop(base.call(1))),
+        ],
+    );
     row("memory repeated, 16 callers", ours, theirs);
 
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
     let store =
         SqliteStore::open(dir.path().join("rerun.sqlite3")).unwrap_or_else(|e| panic!("{e}"));
     let raw_path = dir.path().join("raw.sqlite3");
-    let raw = RawSqlite::open(&raw_path);
     let floor_path = dir.path().join("floor.sqlite3");
-    let floor = FloorSqlite::open(&floor_path);
-    let ours = rate(1, window, &|t, i| drop(rerun_call(&store, id(t, i), false)));
-    let theirs = rate(1, window, &|t, i| drop(raw.call(id(t, i))));
-    let bare = rate(1, window, &|t, i| drop(floor.call(id(t, i))));
-    row3("sqlite fresh (NORMAL), 1 caller", ours, theirs, bare);
+    // One connection per caller for the hand-written sides (rerun's store pools its own).
     let raws: Vec<RawSqlite> = (0..16).map(|_| RawSqlite::open(&raw_path)).collect();
-    let ours = rate(16, window, &|t, i| {
-        drop(rerun_call(&store, id(t, i) + 500_000_000, false))
-    });
-    let theirs = rate(16, window, &|t, i| {
-        drop(raws[t].call(id(t, i) + 500_000_000))
-    });
     let floors: Vec<FloorSqlite> = (0..16).map(|_| FloorSqlite::open(&floor_path)).collect();
-    let bare = rate(16, window, &|t, i| {
-        drop(floors[t].call(id(t, i) + 500_000_000))
-    });
-    row3("sqlite fresh (NORMAL), 16 callers", ours, theirs, bare);
-    let ours = rate(1, window, &|t, i| {
-        drop(rerun_call(&store, id(t, i) + 700_000_000, true))
-    });
+    for callers in [1, 16] {
+        let [ours, theirs, bare] = cell(
+            rounds,
+            [
+                &|| {
+                    let b = base_id();
+                    rate(callers, window, &|t, i| {
+                        drop(rerun_call(&store, b + id(t, i), false))
+                    })
+                },
+                &|| {
+                    let b = base_id();
+                    rate(callers, window, &|t, i| drop(raws[t].call(b + id(t, i))))
+                },
+                &|| {
+                    let b = base_id();
+                    rate(callers, window, &|t, i| drop(floors[t].call(b + id(t, i))))
+                },
+            ],
+        );
+        let name = format!(
+            "sqlite fresh (NORMAL), {callers} caller{}",
+            if callers == 1 { "" } else { "s" }
+        );
+        row3(&name, ours, theirs, bare);
+    }
+    let [ours] = cell(
+        rounds,
+        [&|| {
+            let b = base_id();
+            rate(1, window, &|t, i| {
+                drop(rerun_call(&store, b + id(t, i), true))
+            })
+        }],
+    );
     // No baseline: the hand-written layers have no at-most-once mode.
     println!(
         "| {:<34} | {:>12.0} | {:>12} | {:>7} | {:>8.2} us | | |",
@@ -128,14 +195,21 @@ fn main() {
         1e6 / ours
     );
     rerun_call(&store, 1, false);
-    raw.call(1);
-    floor.call(1);
-    let ours = rate(1, window, &|_, _| drop(rerun_call(&store, 1, false)));
-    let theirs = rate(1, window, &|_, _| drop(raw.call(1)));
-    let bare = rate(1, window, &|_, _| drop(floor.call(1)));
-    row3("sqlite repeated, 1 caller", ours, theirs, bare);
-    let ours = rate(16, window, &|_, _| drop(rerun_call(&store, 1, false)));
-    let theirs = rate(16, window, &|t, _| drop(raws[t].call(1)));
-    let bare = rate(16, window, &|t, _| drop(floors[t].call(1)));
-    row3("sqlite repeated, 16 callers", ours, theirs, bare);
+    raws[0].call(1);
+    floors[0].call(1);
+    for callers in [1, 16] {
+        let [ours, theirs, bare] = cell(
+            rounds,
+            [
+                &|| rate(callers, window, &|_, _| drop(rerun_call(&store, 1, false))),
+                &|| rate(callers, window, &|t, _| drop(raws[t].call(1))),
+                &|| rate(callers, window, &|t, _| drop(floors[t].call(1))),
+            ],
+        );
+        let name = format!(
+            "sqlite repeated, {callers} caller{}",
+            if callers == 1 { "" } else { "s" }
+        );
+        row3(&name, ours, theirs, bare);
+    }
 }

@@ -37,6 +37,7 @@ use std::fmt;
 
 use serde::ser::{self, Serialize};
 use sha2::{Digest, Sha256};
+use smallvec::SmallVec;
 
 /// The SHA-256 of a payload's canonical encoding.
 ///
@@ -191,6 +192,12 @@ trait Sink {
 }
 
 impl Sink for Vec<u8> {
+    fn put(&mut self, bytes: &[u8]) {
+        self.extend_from_slice(bytes);
+    }
+}
+
+impl Sink for MapKeys {
     fn put(&mut self, bytes: &[u8]) {
         self.extend_from_slice(bytes);
     }
@@ -583,15 +590,20 @@ impl ser::SerializeTupleVariant for Seq<'_> {
     }
 }
 
+/// How many entries, and how many bytes of encoded keys, a map or struct holds without
+/// allocating: a struct of a few fields is fingerprinted on the stack alone.
+const MAP_INLINE_ENTRIES: usize = 8;
+type MapKeys = SmallVec<[u8; 96]>;
+
 /// Maps and structs: the order of entries must not matter, so they are sorted before they are
 /// written. Keys are encoded into one scratch buffer; each value is reduced to its digest as it
 /// is serialized (see [`Digesting`]), so a map holds its keys and a few bytes per entry, never
 /// its values.
 struct Map<'a> {
     out: &'a mut dyn Sink,
-    keys: Vec<u8>,
+    keys: MapKeys,
     /// Per entry: where its key lies in `keys`, and its value's digest.
-    entries: Vec<(usize, usize, ValueDigest)>,
+    entries: SmallVec<[(usize, usize, ValueDigest); MAP_INLINE_ENTRIES]>,
     pending_key: Option<(usize, usize)>,
     /// The hasher of values too long to write as they are, reused from one to the next.
     hasher: Option<Box<HashSink>>,
@@ -601,8 +613,8 @@ impl<'a> Map<'a> {
     fn new(out: &'a mut dyn Sink) -> Map<'a> {
         Map {
             out,
-            keys: Vec::new(),
-            entries: Vec::new(),
+            keys: MapKeys::new(),
+            entries: SmallVec::new(),
             pending_key: None,
             hasher: None,
         }

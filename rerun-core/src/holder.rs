@@ -134,6 +134,23 @@ impl Holder {
     /// `2\thost\tboot\tpid_ns\tpid\tstart\tattempt`, host and boot id escaped so that no
     /// name (a tab in a host name) can shift the fields.
     pub fn encode(&self) -> String {
+        // Every claim encodes a holder of this process: its fields but the attempt are
+        // encoded once per process.
+        let p = process::current();
+        if self.is_this_process() && *self.host == *p.host {
+            let prefix = p.holder_prefix.get_or_init(|| self.encode_prefix());
+            let mut out = String::with_capacity(prefix.len() + 20);
+            out.push_str(prefix);
+            push_decimal(&mut out, self.attempt);
+            return out;
+        }
+        let mut out = self.encode_prefix();
+        push_decimal(&mut out, self.attempt);
+        out
+    }
+
+    /// The encoding up to the attempt, with its tab.
+    fn encode_prefix(&self) -> String {
         let mut out = String::with_capacity(self.host.len() + self.boot_id.len() + 64);
         out.push_str("2\t");
         escape_into(&mut out, &self.host);
@@ -142,8 +159,8 @@ impl Holder {
         use std::fmt::Write as _;
         let _ = write!(
             out,
-            "\t{}\t{}\t{}\t{}",
-            self.pid_ns, self.pid, self.start_time, self.attempt
+            "\t{}\t{}\t{}\t",
+            self.pid_ns, self.pid, self.start_time
         );
         out
     }
@@ -176,6 +193,23 @@ impl Holder {
 }
 
 /// Percent-escapes `%` and control characters.
+/// Appends `v` in decimal.
+fn push_decimal(out: &mut String, mut v: u64) {
+    let mut buf = [0u8; 20];
+    let mut at = buf.len();
+    loop {
+        at -= 1;
+        buf[at] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    for &d in &buf[at..] {
+        out.push(char::from(d));
+    }
+}
+
 fn escape_into(out: &mut String, s: &str) {
     use std::fmt::Write as _;
     for c in s.chars() {
@@ -341,6 +375,29 @@ mod tests {
         assert_eq!(Holder::decode(&text), Some(odd));
         assert_eq!(Holder::decode("2\ta\tb\t1\tnotapid\t1\t2"), None);
         assert_eq!(Holder::decode("2\ta%zz\tb\t1\t1\t1\t2"), None);
+    }
+
+    #[test]
+    fn this_process_encodes_as_any_holder_does() {
+        // Two attempts of this process (the cached part), and the same fields in another
+        // process's holder (built from scratch), encode alike.
+        let h = Holder::current();
+        for attempt in [0, 7, 10, u64::MAX, h.attempt] {
+            let mine = Holder {
+                attempt,
+                ..h.clone()
+            };
+            let mut other = mine.clone();
+            other.pid = other.pid.wrapping_add(1);
+            let expected = other.encode().replacen(
+                &format!("\t{}\t", other.pid),
+                &format!("\t{}\t", mine.pid),
+                1,
+            );
+            assert_eq!(mine.encode(), expected);
+            assert!(mine.encode().ends_with(&format!("\t{attempt}")));
+            assert_eq!(Holder::decode(&mine.encode()), Some(mine));
+        }
     }
 
     #[test]

@@ -48,6 +48,8 @@ pub(crate) struct Process {
     pub(crate) boottime_offset_ns: i128,
     /// The lease keeper of this generation, started on first use.
     pub(crate) keeper: OnceLock<&'static crate::runtime::keeper::Keeper>,
+    /// This process's part of an encoded holder (all but the attempt), built on first use.
+    pub(crate) holder_prefix: OnceLock<String>,
 }
 
 /// Bumped in every child process right after `fork()`.
@@ -146,6 +148,7 @@ fn read(forks: u64) -> &'static Process {
         proc_is_ours,
         boottime_offset_ns: offset,
         keeper: OnceLock::new(),
+        holder_prefix: OnceLock::new(),
     }))
 }
 

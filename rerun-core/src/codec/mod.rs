@@ -151,9 +151,26 @@ pub fn encode<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>, CodecError> {
 
 /// The envelope with a zero checksum.
 fn unsealed<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>, CodecError> {
-    let mut out = Vec::with_capacity(INITIAL_CAPACITY);
+    unsealed_into(value, Vec::with_capacity(INITIAL_CAPACITY))
+}
+
+/// [`unsealed`], written into `out` (cleared first), whose room is reused.
+fn unsealed_into<T: Serialize + ?Sized>(
+    value: &T,
+    mut out: Vec<u8>,
+) -> Result<Vec<u8>, CodecError> {
+    out.clear();
     out.extend_from_slice(&[MAGIC, CODEC_VERSION, 0, 0, 0, 0]);
     ser::Encoder::new(out).encode(value)
+}
+
+/// The largest buffer a thread keeps for [`encode_checked`]'s second encoding: a larger result
+/// is checked in a buffer of its own, so one huge result does not stay allocated on the thread.
+const SCRATCH_KEPT: usize = 64 * 1024;
+
+thread_local! {
+    /// The buffer [`encode_checked`] encodes the decoded value into, reused from call to call.
+    static SCRATCH: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
 }
 
 /// Encodes a value and makes sure it replays as itself.
@@ -176,7 +193,10 @@ pub fn encode_checked<T: Serialize + DeserializeOwned>(value: &T) -> Result<Vec<
             std::any::type_name::<T>()
         ))
     })?;
-    let again = unsealed(&back).map_err(|e| {
+    // A `Serialize` that itself runs a call on this thread finds the cell empty and simply
+    // encodes into a new buffer.
+    let scratch = SCRATCH.with(|cell| cell.take());
+    let again = unsealed_into(&back, scratch).map_err(|e| {
         CodecError::new(format!(
             "the value does not survive a round trip: decoded back as `{}`, it no longer encodes ({e})",
             std::any::type_name::<T>()
@@ -185,7 +205,11 @@ pub fn encode_checked<T: Serialize + DeserializeOwned>(value: &T) -> Result<Vec<
     drop(back);
     let first = bytes.get(HEADER..).unwrap_or_default();
     let second = again.get(HEADER..).unwrap_or_default();
-    if first != second && !canon::same(first, second) {
+    let same = first == second || canon::same(first, second);
+    if again.capacity() <= SCRATCH_KEPT {
+        SCRATCH.with(|cell| cell.set(again));
+    }
+    if !same {
         return Err(CodecError::new(format!(
             "the value does not survive a round trip: decoded back as `{}`, it is a different value \
              (its `Deserialize` does not read back exactly what its `Serialize` wrote)",

@@ -26,6 +26,8 @@ mod readable;
 use std::borrow::Cow;
 use std::fmt::{self, Write as _};
 
+use compact_str::CompactString;
+
 pub use readable::ParseKeyError;
 
 /// A dedupe key: the scope it lives in and the canonical encoding of its value.
@@ -52,14 +54,14 @@ pub use readable::ParseKeyError;
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Key {
     scope: Cow<'static, str>,
-    id: String,
+    id: CompactString,
 }
 
 impl Key {
     /// The key of `value` in `scope`.
     pub fn new<K: IntoKey + ?Sized>(scope: impl Into<Cow<'static, str>>, value: &K) -> Key {
         let mut writer = KeyWriter {
-            out: String::with_capacity(24),
+            out: CompactString::const_new(""),
         };
         value.write_key(&mut writer);
         Key {
@@ -72,7 +74,7 @@ impl Key {
     pub fn from_parts(scope: impl Into<Cow<'static, str>>, id: impl Into<String>) -> Key {
         Key {
             scope: scope.into(),
-            id: id.into(),
+            id: CompactString::from(id.into()),
         }
     }
 
@@ -183,7 +185,7 @@ impl fmt::Debug for Key {
 
 /// Where a key's parts are written; see [`IntoKey`].
 pub struct KeyWriter {
-    out: String,
+    out: CompactString,
 }
 
 /// Tags of the built-in parts (and of the escaped form of [`KeyWriter::tagged`]), which a
@@ -824,7 +826,7 @@ mod tests {
                 let (ida, idb) = (id(&a), id(&b));
                 let (ra, rb) = (readable::readable(&ida), readable::readable(&idb));
                 prop_assert!(!ra.starts_with("raw!"), "{} read as {}", ida, ra);
-                prop_assert_eq!(readable::parse(&ra), Ok(ida.clone()), "{}", ra);
+                prop_assert_eq!(readable::parse(&ra).map(String::from), Ok(ida.clone()), "{}", ra);
                 prop_assert!(!ra.chars().any(char::is_control), "{:?}", ra);
                 prop_assert_eq!(ra == rb, ida == idb);
             }
@@ -834,7 +836,7 @@ mod tests {
             #[test]
             fn any_id_and_any_typing_are_safe(raw in ".{0,40}", typed in ".{0,40}") {
                 let r = readable::readable(&raw);
-                prop_assert_eq!(readable::parse(&r), Ok(raw.clone()), "{:?}", r);
+                prop_assert_eq!(readable::parse(&r).map(String::from), Ok(raw.clone()), "{:?}", r);
                 let _ = readable::parse(&typed);
             }
 

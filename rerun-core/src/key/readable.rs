@@ -22,6 +22,8 @@
 
 use std::fmt::Write as _;
 
+use compact_str::CompactString;
+
 use super::KeyWriter;
 
 /// One part of an encoded id.
@@ -414,7 +416,7 @@ impl<'a> Parser<'a> {
 }
 
 /// The encoded id of a readable key (see the module docs).
-pub(crate) fn parse(text: &str) -> Result<String, ParseKeyError> {
+pub(crate) fn parse(text: &str) -> Result<CompactString, ParseKeyError> {
     let mut p = Parser { text, at: 0 };
     p.skip_spaces();
     if p.rest().starts_with("raw!\"") {
@@ -422,13 +424,13 @@ pub(crate) fn parse(text: &str) -> Result<String, ParseKeyError> {
         let id = p.quoted('"')?;
         p.skip_spaces();
         return if p.rest().is_empty() {
-            Ok(id)
+            Ok(CompactString::from(id))
         } else {
             p.fail("the end of the key")
         };
     }
     let mut w = KeyWriter {
-        out: String::with_capacity(text.len() + 8),
+        out: CompactString::with_capacity(text.len() + 8),
     };
     p.value(&mut w)?;
     p.skip_spaces();

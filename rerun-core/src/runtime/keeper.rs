@@ -73,7 +73,8 @@ pub(crate) enum Job {
 
 #[derive(Default)]
 struct State {
-    leases: HashMap<u64, Lease>,
+    /// By watch id. The ids are this keeper's own counter, so a fast unseeded hash will do.
+    leases: HashMap<u64, Lease, foldhash::fast::FixedState>,
     /// The pending sleeps, by deadline. A cancelled sleep leaves at once: under load the
     /// deadlines of finished calls never wake the scheduler.
     timers: BTreeMap<(Instant, u64), Waker>,

@@ -1,7 +1,7 @@
 //! `MemoryStore`: records in a `HashMap` behind a mutex, for tests and single-process programs.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 // Built with `--cfg rerun_shuttle`, the lock and the fence counter are shuttle's, so a test can
@@ -49,7 +49,11 @@ pub struct MemoryStore {
 /// caller chooses cannot be made to collide.
 type Records = HashMap<Key, Box<LocalRecord>, foldhash::quality::RandomState>;
 
+/// The store itself, shared by the clones of a [`MemoryStore`]. It is what a call hands the
+/// lease keeper ([`Store::shared`]): a counted reference, no allocation.
 struct Inner {
+    /// This very value, for [`Store::shared`].
+    me: Weak<Inner>,
     records: Mutex<Records>,
     fences: AtomicU64,
     clock: Arc<dyn Clock>,
@@ -64,7 +68,8 @@ impl MemoryStore {
     /// An empty store on the given clock.
     pub fn with_clock(clock: impl Clock) -> MemoryStore {
         MemoryStore {
-            inner: Arc::new(Inner {
+            inner: Arc::new_cyclic(|me| Inner {
+                me: me.clone(),
                 records: Mutex::new(Records::default()),
                 fences: AtomicU64::new(0),
                 clock: Arc::new(clock),
@@ -74,19 +79,20 @@ impl MemoryStore {
 
     /// How many records the store holds, in any state.
     pub fn len(&self) -> usize {
-        self.records().len()
+        self.inner.records().len()
     }
 
     /// Whether the store holds no record.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+}
 
+impl Inner {
     fn records(&self) -> MutexGuard<'_, Records> {
         // A panic while the lock is held cannot leave a record half-written (every update is a
         // single assignment), so a poisoned lock is still consistent.
-        self.inner
-            .records
+        self.records
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
@@ -120,7 +126,49 @@ impl std::fmt::Debug for MemoryStore {
 
 impl Store for MemoryStore {
     fn claim(&self, req: &ClaimRequest<'_>) -> Result<ClaimResponse, Error> {
-        let now = self.inner.clock.now();
+        self.inner.claim(req)
+    }
+    fn complete(&self, claim: &Claim, result: &[u8], ttl: Duration) -> Result<(), Error> {
+        self.inner.complete(claim, result, ttl)
+    }
+    fn release(&self, claim: &Claim) -> Result<(), Error> {
+        self.inner.release(claim)
+    }
+    fn renew(&self, claim: &Claim, lease: Duration) -> Result<(), Error> {
+        self.inner.renew(claim, lease)
+    }
+    fn mark_unknown(&self, claim: &Claim) -> Result<(), Error> {
+        self.inner.mark_unknown(claim)
+    }
+    fn forget(&self, key: &Key) -> Result<bool, Error> {
+        self.inner.forget(key)
+    }
+    fn forget_if(&self, key: &Key, fence: crate::record::Fence) -> Result<bool, Error> {
+        self.inner.forget_if(key, fence)
+    }
+    fn inspect(&self, key: &Key) -> Result<Option<RecordView>, Error> {
+        self.inner.inspect(key)
+    }
+    fn scan(&self, cursor: Option<&str>, limit: usize) -> Result<ScanPage, Error> {
+        self.inner.scan(cursor, limit)
+    }
+    fn purge_expired(&self, limit: usize) -> Result<u64, Error> {
+        self.inner.purge_expired(limit)
+    }
+    fn shared(&self) -> Arc<dyn Store> {
+        self.inner.clone()
+    }
+    fn kind(&self) -> &'static str {
+        self.inner.kind()
+    }
+    fn describe(&self) -> String {
+        self.inner.describe()
+    }
+}
+
+impl Store for Inner {
+    fn claim(&self, req: &ClaimRequest<'_>) -> Result<ClaimResponse, Error> {
+        let now = self.clock.now();
         let boot = crate::holder::this_boot();
         let mut records = self.records();
         let current = records.get(req.key).map(|r| &**r);
@@ -148,7 +196,7 @@ impl Store for MemoryStore {
                 }))
             }
             Decision::Claim { abandoned } => {
-                let fence = self.inner.fences.fetch_add(1, Ordering::Relaxed) + 1;
+                let fence = self.fences.fetch_add(1, Ordering::Relaxed) + 1;
                 let claimed = LocalRecord::claimed(req, fence, now);
                 // A record that was there is overwritten in place (no allocation); a new key
                 // is hashed once more, by the insert.
@@ -171,7 +219,7 @@ impl Store for MemoryStore {
     }
 
     fn complete(&self, claim: &Claim, result: &[u8], ttl: Duration) -> Result<(), Error> {
-        let now = self.inner.clock.now();
+        let now = self.clock.now();
         self.fenced(claim, |rec| {
             rec.complete(result, ttl, now);
             rec.holder = None;
@@ -179,7 +227,7 @@ impl Store for MemoryStore {
     }
 
     fn release(&self, claim: &Claim) -> Result<(), Error> {
-        let now = self.inner.clock.now();
+        let now = self.clock.now();
         self.fenced(claim, |rec| {
             rec.status = Status::Released;
             rec.holder = None;
@@ -188,12 +236,12 @@ impl Store for MemoryStore {
     }
 
     fn renew(&self, claim: &Claim, lease: Duration) -> Result<(), Error> {
-        let now = self.inner.clock.now();
+        let now = self.clock.now();
         self.fenced(claim, |rec| rec.renew(lease, now))
     }
 
     fn mark_unknown(&self, claim: &Claim) -> Result<(), Error> {
-        let now = self.inner.clock.now();
+        let now = self.clock.now();
         self.fenced(claim, |rec| {
             rec.status = Status::Unknown;
             rec.changed_wall_ms = now.wall_ms;
@@ -216,7 +264,7 @@ impl Store for MemoryStore {
     }
 
     fn inspect(&self, key: &Key) -> Result<Option<RecordView>, Error> {
-        let now = self.inner.clock.now();
+        let now = self.clock.now();
         Ok(self
             .records()
             .get(key)
@@ -225,7 +273,7 @@ impl Store for MemoryStore {
 
     fn scan(&self, cursor: Option<&str>, limit: usize) -> Result<ScanPage, Error> {
         let after = cursor.map(decode_cursor).transpose()?;
-        let now = self.inner.clock.now();
+        let now = self.clock.now();
         let records = self.records();
         let mut keys: Vec<&Key> = records
             .keys()
@@ -253,7 +301,7 @@ impl Store for MemoryStore {
     }
 
     fn purge_expired(&self, limit: usize) -> Result<u64, Error> {
-        let now = self.inner.clock.now();
+        let now = self.clock.now();
         let boot = crate::holder::this_boot();
         let mut records = self.records();
         let expired: Vec<Key> = records
@@ -269,7 +317,12 @@ impl Store for MemoryStore {
     }
 
     fn shared(&self) -> Arc<dyn Store> {
-        Arc::new(self.clone())
+        // `self` is borrowed from an `Arc<Inner>` (a `MemoryStore`'s, or one this handed out),
+        // so the count is above zero and the upgrade succeeds.
+        match self.me.upgrade() {
+            Some(me) => me,
+            None => unreachable!("a MemoryStore's records are borrowed, so they are alive"),
+        }
     }
 
     fn kind(&self) -> &'static str {
