@@ -97,23 +97,19 @@ fn main() {
 
     // Each round of a fresh cell starts its ids past the previous round's.
     let next = AtomicU64::new(0);
-    let base_id = || next.fetch_add(1_000_000_000, Ordering::Relaxed);
+    // One round of fresh calls: `f(caller, id)` with ids no round used before.
+    let fresh = |callers: usize, f: &(dyn Fn(usize, u64) + Sync)| {
+        let b = next.fetch_add(1_000_000_000, Ordering::Relaxed);
+        rate(callers, window, &|t, i| f(t, b + id(t, i)))
+    };
     // A fresh cell on a new store and a new baseline, each side's ids new in every round.
     let fresh_cell = |callers: usize| {
         let (store, base) = (MemoryStore::new(), Baseline::default());
         let rates = cell(
             rounds,
             [
-                &|| {
-                    let b = base_id();
-                    rate(callers, window, &|t, i| {
-                        drop(rerun_call(&store, b + id(t, i), false))
-                    })
-                },
-                &|| {
-                    let b = base_id();
-                    rate(callers, window, &|t, i| drop(base.call(b + id(t, i))))
-                },
+                &|| fresh(callers, &|_, k| drop(rerun_call(&store, k, false))),
+                &|| fresh(callers, &|_, k| drop(base.call(k))),
             ],
         );
         (store, base, rates)
@@ -154,20 +150,9 @@ fn main() {
         let [ours, theirs, bare] = cell(
             rounds,
             [
-                &|| {
-                    let b = base_id();
-                    rate(callers, window, &|t, i| {
-                        drop(rerun_call(&store, b + id(t, i), false))
-                    })
-                },
-                &|| {
-                    let b = base_id();
-                    rate(callers, window, &|t, i| drop(raws[t].call(b + id(t, i))))
-                },
-                &|| {
-                    let b = base_id();
-                    rate(callers, window, &|t, i| drop(floors[t].call(b + id(t, i))))
-                },
+                &|| fresh(callers, &|_, k| drop(rerun_call(&store, k, false))),
+                &|| fresh(callers, &|t, k| drop(raws[t].call(k))),
+                &|| fresh(callers, &|t, k| drop(floors[t].call(k))),
             ],
         );
         let name = format!(
@@ -178,12 +163,7 @@ fn main() {
     }
     let [ours] = cell(
         rounds,
-        [&|| {
-            let b = base_id();
-            rate(1, window, &|t, i| {
-                drop(rerun_call(&store, b + id(t, i), true))
-            })
-        }],
+        [&|| fresh(1, &|_, k| drop(rerun_call(&store, k, true)))],
     );
     // No baseline: the hand-written layers have no at-most-once mode.
     println!(
