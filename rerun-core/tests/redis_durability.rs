@@ -61,7 +61,23 @@ fn store(url: &str, name: &str, options: RedisOptions) -> Result<RedisStore, Err
 }
 
 /// Captures the `warn` events of the current thread.
+///
+/// tracing caches, once per process, whether a callsite is wanted, and computes it against the
+/// dispatcher of whichever thread reaches the callsite first. A test running beside this one
+/// with no subscriber (the replicas test makes `once` claims on the same volatile server) would
+/// get the volatile-server warning cached as unwanted, and this thread's capture would stay
+/// empty. A process-wide subscriber that wants `warn` events and writes them nowhere makes every
+/// thread answer "wanted"; the capturing subscriber below overrides it on this thread.
 fn capture<R>(f: impl FnOnce() -> R) -> (R, String) {
+    static ANCHOR: std::sync::Once = std::sync::Once::new();
+    ANCHOR.call_once(|| {
+        let anchor = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::WARN)
+            .with_writer(std::io::sink)
+            .finish();
+        // Already set (by nothing else in this binary): the cache is then someone else's to keep.
+        let _ = tracing::subscriber::set_global_default(anchor);
+    });
     #[derive(Clone, Default)]
     struct Buf(Arc<Mutex<Vec<u8>>>);
     impl std::io::Write for Buf {
