@@ -3,13 +3,16 @@
 //! body, record its result) and repeated calls (a completed key: replay the result), with 1
 //! and 16 concurrent callers (tasks on a 2-worker tokio runtime; `idempotent` is async only).
 //! Both sides record the same small serde result with the same payload and a one-hour ttl,
-//! at their default durability.
+//! at their default durability. A third side is the floor of the protocol, with none of either
+//! library's guarantees: `SET NX PX` then `SET PX` for a fresh call, a `GET` (and decoding the
+//! result) for a repeated one, on one multiplexed connection: how far above `idempotent` any
+//! client making the same round trips can get on this server.
 //!
 //! `cargo run --release --manifest-path bench-peers/Cargo.toml`
 //!
 //! `RERUN_BENCH_REDIS_URL` names the server (default `redis://127.0.0.1:6379`);
 //! `RERUN_BENCH_MS` sets the measuring window of each side of a cell (default 3000 ms), split
-//! in 10 interleaved rounds (rerun, peer, rerun, peer, ...); each cell reports the medians.
+//! in 10 interleaved rounds (rerun, peer, floor, rerun, ...); each cell reports the medians.
 //! Every key the run writes is under one prefix of its own and deleted at the end.
 
 use std::collections::HashMap;
@@ -98,6 +101,49 @@ async fn peer_call(store: &ValkeyStore, id: u64, repeated: bool) {
     }
 }
 
+/// One call of the floor: `SET NX PX` (the claim) then `SET PX` (the result), or a `GET` and
+/// decoding what it returns. No lease, no fence, no payload check.
+async fn floor_call(
+    conn: &redis::aio::MultiplexedConnection,
+    key: String,
+    id: u64,
+    repeated: bool,
+) {
+    let mut conn = conn.clone();
+    if repeated {
+        let got: Option<Vec<u8>> = redis::cmd("GET")
+            .arg(&key)
+            .query_async(&mut conn)
+            .await
+            .expect("the floor's GET");
+        let _: Receipt =
+            serde_json::from_slice(&got.expect("a recorded result")).expect("a recorded result");
+        return;
+    }
+    let claimed: Option<String> = redis::cmd("SET")
+        .arg(&key)
+        .arg("p")
+        .arg("NX")
+        .arg("PX")
+        .arg(30_000u64)
+        .query_async(&mut conn)
+        .await
+        .expect("the floor's claim");
+    assert!(
+        claimed.is_some(),
+        "the floor met a key it had claimed before"
+    );
+    let body = serde_json::to_vec(&receipt(id)).expect("encoding the result");
+    let _: () = redis::cmd("SET")
+        .arg(&key)
+        .arg(body)
+        .arg("PX")
+        .arg(TTL.as_millis() as u64)
+        .query_async(&mut conn)
+        .await
+        .expect("the floor's completion");
+}
+
 /// Calls per second of `f(task, i)` over `tasks` tasks on `rt` for about `window`.
 fn rate<F, Fut>(rt: &Runtime, tasks: usize, window: Duration, f: F) -> f64
 where
@@ -129,18 +175,31 @@ where
     calls as f64 / start.elapsed().as_secs_f64()
 }
 
-/// Runs the two sides in alternating rounds (rerun, peer, rerun, ...) so that load from
-/// elsewhere on the machine hits both alike; returns their median rates and the median of
-/// the per-round ratios rerun/peer.
-fn cell(mut ours: impl FnMut(usize) -> f64, mut peer: impl FnMut(usize) -> f64) -> [f64; 3] {
-    let (mut a, mut b, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+/// Runs the three sides in alternating rounds (rerun, peer, floor, rerun, ...) so that load
+/// from elsewhere on the machine hits all alike; returns their median rates and the medians of
+/// the per-round ratios rerun/peer and floor/peer.
+fn cell(
+    mut ours: impl FnMut(usize) -> f64,
+    mut peer: impl FnMut(usize) -> f64,
+    mut floor: impl FnMut(usize) -> f64,
+) -> [f64; 5] {
+    let (mut a, mut b, mut c) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut ours_vs_peer, mut floor_vs_peer) = (Vec::new(), Vec::new());
     for at in 0..ROUNDS as usize {
-        let (x, y) = (ours(at), peer(at));
+        let (x, y, z) = (ours(at), peer(at), floor(at));
         a.push(x);
         b.push(y);
-        ratios.push(x / y);
+        c.push(z);
+        ours_vs_peer.push(x / y);
+        floor_vs_peer.push(z / y);
     }
-    [median(a), median(b), median(ratios)]
+    [
+        median(a),
+        median(b),
+        median(c),
+        median(ours_vs_peer),
+        median(floor_vs_peer),
+    ]
 }
 
 /// The median (upper of the two middle values for an even count).
@@ -264,11 +323,20 @@ fn main() {
         .expect("connecting idempotent's store"),
     );
 
-    // The repeated keys, recorded up front on both sides (this also loads the scripts).
+    let mux = rt
+        .block_on(client.get_multiplexed_async_connection())
+        .expect("a multiplexed connection for the floor");
+    let floor_key = {
+        let prefix = format!("{run}floor:");
+        move |id: u64| format!("{prefix}{id}")
+    };
+
+    // The repeated keys, recorded up front on every side (this also loads the scripts).
     rt.block_on(async {
         for id in REPEATED_BASE..REPEATED_BASE + REPEATED_KEYS {
             rerun_call(&ours, id, false).await;
             peer_call(&peer, id, false).await;
+            floor_call(&mux, floor_key(id), id, false).await;
         }
     });
 
@@ -328,9 +396,9 @@ fn main() {
     }
     println!();
     println!(
-        "| case | rerun/s | idempotent/s | rerun/idempotent | rerun us/call | idempotent us/call |"
+        "| case | rerun/s | idempotent/s | floor/s | rerun/idempotent | floor/idempotent | rerun us/call | idempotent us/call |"
     );
-    println!("|---|---:|---:|---:|---:|---:|");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
 
     let mut next_base = 0u64;
     for repeated_calls in [false, true] {
@@ -339,9 +407,10 @@ fn main() {
                 next_base += 1 << 40;
                 next_base
             };
-            let bases: Vec<(u64, u64)> =
-                (0..ROUNDS).map(|_| (fresh_base(), fresh_base())).collect();
-            let [r, p, ratio] = cell(
+            let bases: Vec<(u64, u64, u64)> = (0..ROUNDS)
+                .map(|_| (fresh_base(), fresh_base(), fresh_base()))
+                .collect();
+            let [r, p, f, ratio, floor_ratio] = cell(
                 |at| {
                     let (store, base) = (ours.clone(), bases[at].0);
                     rate(&rt, tasks, round, move |t, i| {
@@ -362,10 +431,20 @@ fn main() {
                         }
                     })
                 },
+                |at| {
+                    let (mux, base, floor_key) = (mux.clone(), bases[at].2, floor_key.clone());
+                    rate(&rt, tasks, round, move |t, i| {
+                        let (mux, floor_key) = (mux.clone(), floor_key.clone());
+                        async move {
+                            let id = key_of(repeated_calls, base, t, i);
+                            floor_call(&mux, floor_key(id), id, repeated_calls).await
+                        }
+                    })
+                },
             );
             let what = if repeated_calls { "repeated" } else { "fresh" };
             println!(
-                "| {what}, {tasks} caller(s) | {r:.0} | {p:.0} | {ratio:.2}x | {:.1} | {:.1} |",
+                "| {what}, {tasks} caller(s) | {r:.0} | {p:.0} | {f:.0} | {ratio:.2}x | {floor_ratio:.2}x | {:.1} | {:.1} |",
                 1e6 / r,
                 1e6 / p
             );

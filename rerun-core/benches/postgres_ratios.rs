@@ -21,28 +21,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rerun_core::store::postgres::PostgresStore;
-use rerun_core::{Call, Error, Fingerprint, Holder, Key};
-use serde::{Deserialize, Serialize};
+use rerun_core::{Call, Error, Key};
 use tokio_postgres::{Client, NoTls, Statement};
 
-/// A small result, as a typical idempotent function returns.
-#[derive(Serialize, Deserialize)]
-struct Receipt {
-    id: u64,
-    amount_cents: u64,
-    status: String,
-}
-
-fn receipt() -> Receipt {
-    Receipt {
-        id: 1,
-        amount_cents: 500,
-        status: "paid".to_owned(),
-    }
-}
-
-const LEASE_US: f64 = 30e6;
-const TTL_US: f64 = 86_400e6;
+mod postgres;
+use postgres::receipt;
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Kind {
@@ -53,11 +36,7 @@ enum Kind {
 /// The raw client doing what rerun does on the wire, and nothing more.
 struct Raw {
     client: Client,
-    claim: Statement,
-    complete: Statement,
-    fingerprint: Vec<u8>,
-    holder: String,
-    result: Vec<u8>,
+    statements: postgres::Statements,
 }
 
 impl Raw {
@@ -66,55 +45,14 @@ impl Raw {
             .await
             .expect("raw connect");
         tokio::spawn(connection);
-        let claim = client
-            .prepare(store.statement_text("claim").expect("claim sql"))
-            .await
-            .expect("prepare");
-        let complete = client
-            .prepare(store.statement_text("complete").expect("complete sql"))
-            .await
-            .expect("prepare");
-        Raw {
-            client,
-            claim,
-            complete,
-            fingerprint: Fingerprint::EMPTY.0.to_vec(),
-            holder: Holder::current().encode(),
-            result: rerun_core::codec::encode(&receipt()).expect("encode"),
-        }
+        let statements = postgres::Statements::prepare(&client, store).await;
+        Raw { client, statements }
     }
 
     /// One call: claim-or-fetch, then (if claimed) complete.
     async fn call(&self, key: &Key) {
-        // Text, as the store binds them (its escaping leaves these ASCII keys as they are).
-        let (scope, id) = (key.scope(), key.id());
-        let row = self
-            .client
-            .query_one(
-                &self.claim,
-                &[
-                    &scope,
-                    &id,
-                    &self.fingerprint,
-                    &self.holder,
-                    &false,
-                    &LEASE_US,
-                    &None::<i64>,
-                ],
-            )
-            .await
-            .expect("raw claim");
-        if let Some(fence) = row.get::<_, Option<i64>>(0) {
-            let n = self
-                .client
-                .execute(
-                    &self.complete,
-                    &[&scope, &id, &fence, &self.result, &TTL_US],
-                )
-                .await
-                .expect("raw complete");
-            assert_eq!(n, 1);
-        } else {
+        let row = self.statements.call(&self.client, key).await;
+        if row.get::<_, Option<i64>>(0).is_none() {
             let result: Option<Vec<u8>> = row.get(8);
             assert!(result.is_some(), "the raw repeated call found no result");
         }
@@ -133,22 +71,14 @@ struct Floor {
 }
 
 impl Floor {
-    /// The table of the floor, beside rerun's own.
-    fn table(rerun_table: &str) -> String {
-        format!("{rerun_table}_floor")
-    }
-
-    /// Creates the floor's table, once, before any caller connects (concurrent `CREATE TABLE IF
-    /// NOT EXISTS` statements race on the catalog).
+    /// Creates the floor's table beside rerun's `table`, once, before any caller connects.
     async fn create(url: &str, table: &str) {
         let (client, connection) = tokio_postgres::connect(url, NoTls)
             .await
             .expect("floor connect");
         tokio::spawn(connection);
         client
-            .batch_execute(&format!(
-                "CREATE TABLE IF NOT EXISTS \"{table}\" (scope text COLLATE \"C\" NOT NULL, id text COLLATE \"C\" NOT NULL, result bytea, PRIMARY KEY (scope, id))"
-            ))
+            .batch_execute(&postgres::create_floor_sql(table))
             .await
             .expect("floor table");
     }
@@ -230,7 +160,9 @@ impl Bare {
     async fn connect(url: &str, store: &PostgresStore, table: &str, baseline: Baseline) -> Bare {
         match baseline {
             Baseline::Same => Bare::Same(Raw::connect(url, store).await),
-            Baseline::Floor => Bare::Floor(Floor::connect(url, &Floor::table(table)).await),
+            Baseline::Floor => {
+                Bare::Floor(Floor::connect(url, &postgres::floor_table(table)).await)
+            }
         }
     }
 
@@ -534,14 +466,7 @@ fn statements_per_call(url: &str, table: &str, fresh: bool) -> f64 {
 }
 
 fn main() {
-    let Some(url) = std::env::var("RERUN_BENCH_POSTGRES_URL")
-        .or_else(|_| std::env::var("RERUN_TEST_POSTGRES_URL"))
-        .ok()
-        .filter(|u| !u.trim().is_empty())
-    else {
-        eprintln!("set RERUN_BENCH_POSTGRES_URL (e.g. postgres://postgres@127.0.0.1:5432/test) to run this benchmark");
-        return;
-    };
+    let Some(url) = postgres::url() else { return };
     let window_ms: u64 = std::env::var("RERUN_BENCH_MS")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -566,7 +491,7 @@ fn main() {
         .build()
         .expect("rt");
 
-    rt.block_on(Floor::create(&url, &Floor::table(&table)));
+    rt.block_on(Floor::create(&url, &table));
     // Warm up: connections, prepared statements, the repeated keys of every caller.
     let _ = rerun_sync(&store, Kind::Repeated, 16, Duration::from_millis(300));
     let _ = raw_sync(
@@ -725,11 +650,6 @@ fn main() {
     let _ = rt.block_on(async {
         let (client, connection) = tokio_postgres::connect(&url, NoTls).await.ok()?;
         tokio::spawn(connection);
-        client
-            .batch_execute(&format!(
-                "DROP TABLE IF EXISTS \"{table}\"; DROP TABLE IF EXISTS \"{table}_meta\"; DROP SEQUENCE IF EXISTS \"{table}_fence\"; DROP FUNCTION IF EXISTS \"{table}_claim\"; DROP TABLE IF EXISTS \"{table}_floor\";"
-            ))
-            .await
-            .ok()
+        client.batch_execute(&postgres::drop_sql(&table)).await.ok()
     });
 }
