@@ -32,12 +32,18 @@
 //! are sorted by their bytes. Each value is hashed on its own as it is serialized, so a large
 //! value inside a map is streamed too; only the keys and the digests of one map are held, to be
 //! sorted.
+//!
+//! Values nest at most 256 levels deep (options, newtypes, lists, maps, structs and variants
+//! inside one another), the codec's limit: a deeper payload is a [`FingerprintError`], where
+//! following it down would exhaust the stack and abort the process.
 
 use std::fmt;
 
 use serde::ser::{self, Serialize};
 use sha2::{Digest, Sha256};
 use smallvec::SmallVec;
+
+use crate::codec::MAX_DEPTH;
 
 /// The SHA-256 of a payload's canonical encoding.
 ///
@@ -63,10 +69,24 @@ impl Fingerprint {
         0xb8, 0x55,
     ]);
 
-    /// The fingerprint of `payload`. Fails only when the value's own `Serialize` impl fails.
+    /// The fingerprint of `payload`. Fails when the value's own `Serialize` impl fails, or when
+    /// it nests deeper than 256 levels (options, newtypes, lists, maps, structs and variants
+    /// inside one another, the limit of rerun's codec), which is refused rather than allowed to
+    /// exhaust the stack.
+    ///
+    /// ```
+    /// use rerun_core::Fingerprint;
+    ///
+    /// let mut deep = serde_json::json!(0);
+    /// for _ in 0..300 {
+    ///     deep = serde_json::json!([deep]);
+    /// }
+    /// let err = Fingerprint::of(&deep).unwrap_err();
+    /// assert!(err.to_string().contains("deeper than 256 levels"), "{err}");
+    /// ```
     pub fn of<P: Serialize + ?Sized>(payload: &P) -> Result<Fingerprint, FingerprintError> {
         let mut hasher = HashSink::new();
-        payload.serialize(Canonical { out: &mut hasher })?;
+        payload.serialize(Canonical::top(&mut hasher))?;
         Ok(Fingerprint(hasher.finish()))
     }
 
@@ -122,7 +142,7 @@ pub fn canonical_encode<P: Serialize + ?Sized>(
     value: &P,
     out: &mut Vec<u8>,
 ) -> Result<(), FingerprintError> {
-    value.serialize(Canonical { out })
+    value.serialize(Canonical::top(out))
 }
 
 /// The fingerprint of a tuple built one element at a time: the same bytes as serializing the
@@ -139,9 +159,12 @@ impl TupleFingerprint {
         TupleFingerprint { out }
     }
 
-    /// Adds the next element.
+    /// Adds the next element, one level inside the tuple.
     pub(crate) fn element<T: Serialize + ?Sized>(&mut self, value: &T) -> Res {
-        value.serialize(Canonical { out: &mut self.out })
+        value.serialize(Canonical {
+            out: &mut self.out,
+            depth: 1,
+        })
     }
 
     /// Closes the tuple.
@@ -381,6 +404,34 @@ fn put_str(out: &mut dyn Sink, tag: u8, s: &[u8]) {
 
 struct Canonical<'a> {
     out: &'a mut dyn Sink,
+    /// How many options, newtypes, lists, maps, structs and variants this value is inside.
+    depth: usize,
+}
+
+impl<'a> Canonical<'a> {
+    /// The serializer of a whole payload.
+    fn top(out: &'a mut dyn Sink) -> Canonical<'a> {
+        Canonical { out, depth: 0 }
+    }
+
+    /// The depth of a value inside this one; an error past [`MAX_DEPTH`].
+    fn inner_depth(&self) -> Result<usize, FingerprintError> {
+        if self.depth >= MAX_DEPTH {
+            return Err(FingerprintError(format!(
+                "the payload nests deeper than {MAX_DEPTH} levels (options, structs, lists and maps inside one another); fingerprint a flatter value, or leave the deep part out of the payload"
+            )));
+        }
+        Ok(self.depth + 1)
+    }
+
+    /// The serializer of a value inside this one.
+    fn inner(self) -> Result<Canonical<'a>, FingerprintError> {
+        let depth = self.inner_depth()?;
+        Ok(Canonical {
+            out: self.out,
+            depth,
+        })
+    }
 }
 
 impl<'a> ser::Serializer for Canonical<'a> {
@@ -467,7 +518,7 @@ impl<'a> ser::Serializer for Canonical<'a> {
     }
     fn serialize_some<T: Serialize + ?Sized>(self, value: &T) -> Res {
         self.out.put(&[SOME]);
-        value.serialize(self)
+        value.serialize(self.inner()?)
     }
     fn serialize_unit(self) -> Res {
         self.out.put(&[UNIT]);
@@ -481,7 +532,7 @@ impl<'a> ser::Serializer for Canonical<'a> {
         Ok(())
     }
     fn serialize_newtype_struct<T: Serialize + ?Sized>(self, _n: &'static str, value: &T) -> Res {
-        value.serialize(self)
+        value.serialize(self.inner()?)
     }
     fn serialize_newtype_variant<T: Serialize + ?Sized>(
         self,
@@ -491,11 +542,15 @@ impl<'a> ser::Serializer for Canonical<'a> {
         value: &T,
     ) -> Res {
         put_str(self.out, VARIANT, variant.as_bytes());
-        value.serialize(self)
+        value.serialize(self.inner()?)
     }
     fn serialize_seq(self, _len: Option<usize>) -> Result<Seq<'a>, FingerprintError> {
+        let depth = self.inner_depth()?;
         self.out.put(&[SEQ]);
-        Ok(Seq { out: self.out })
+        Ok(Seq {
+            out: self.out,
+            depth,
+        })
     }
     fn serialize_tuple(self, len: usize) -> Result<Seq<'a>, FingerprintError> {
         self.serialize_seq(Some(len))
@@ -518,7 +573,8 @@ impl<'a> ser::Serializer for Canonical<'a> {
         self.serialize_seq(Some(len))
     }
     fn serialize_map(self, _len: Option<usize>) -> Result<Map<'a>, FingerprintError> {
-        Ok(Map::new(self.out))
+        let depth = self.inner_depth()?;
+        Ok(Map::new(self.out, depth))
     }
     fn serialize_struct(self, _n: &'static str, len: usize) -> Result<Map<'a>, FingerprintError> {
         self.serialize_map(Some(len))
@@ -537,11 +593,16 @@ impl<'a> ser::Serializer for Canonical<'a> {
 
 struct Seq<'a> {
     out: &'a mut dyn Sink,
+    /// The depth of its elements.
+    depth: usize,
 }
 
 impl Seq<'_> {
     fn element<T: Serialize + ?Sized>(&mut self, value: &T) -> Res {
-        value.serialize(Canonical { out: self.out })
+        value.serialize(Canonical {
+            out: self.out,
+            depth: self.depth,
+        })
     }
     fn finish(self) -> Res {
         self.out.put(&[SEQ_END]);
@@ -607,12 +668,15 @@ struct Map<'a> {
     pending_key: Option<(usize, usize)>,
     /// The hasher of values too long to write as they are, reused from one to the next.
     hasher: Option<Box<HashSink>>,
+    /// The depth of its keys and values.
+    depth: usize,
 }
 
 impl<'a> Map<'a> {
-    fn new(out: &'a mut dyn Sink) -> Map<'a> {
+    fn new(out: &'a mut dyn Sink, depth: usize) -> Map<'a> {
         Map {
             out,
+            depth,
             keys: MapKeys::new(),
             entries: SmallVec::new(),
             pending_key: None,
@@ -622,7 +686,10 @@ impl<'a> Map<'a> {
 
     fn value<T: Serialize + ?Sized>(&mut self, key: (usize, usize), value: &T) -> Res {
         let mut digest = Digesting::new(&mut self.hasher);
-        value.serialize(Canonical { out: &mut digest })?;
+        value.serialize(Canonical {
+            out: &mut digest,
+            depth: self.depth,
+        })?;
         let digest = digest.finish();
         self.entries.push((key.0, key.1, digest));
         Ok(())
@@ -663,6 +730,7 @@ impl ser::SerializeMap for Map<'_> {
         let start = self.keys.len();
         key.serialize(Canonical {
             out: &mut self.keys,
+            depth: self.depth,
         })?;
         self.pending_key = Some((start, self.keys.len()));
         Ok(())
@@ -714,6 +782,75 @@ mod tests {
     struct B {
         y: String,
         x: u64,
+    }
+
+    /// `n` options inside one another around a `0u8`, built as it is serialized (nothing to
+    /// allocate or drop, however deep).
+    struct DeepOption(usize);
+    impl Serialize for DeepOption {
+        fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+            match self.0 {
+                0 => s.serialize_u8(0),
+                n => s.serialize_some(&DeepOption(n - 1)),
+            }
+        }
+    }
+
+    /// `n` structs inside one another, each with one field.
+    struct DeepStruct(usize);
+    impl Serialize for DeepStruct {
+        fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+            use serde::ser::SerializeStruct;
+            match self.0 {
+                0 => s.serialize_unit(),
+                n => {
+                    let mut st = s.serialize_struct("DeepStruct", 1)?;
+                    st.serialize_field("inner", &DeepStruct(n - 1))?;
+                    st.end()
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn payloads_nest_as_deep_as_the_codec_allows_and_no_deeper() {
+        assert!(Fingerprint::of(&DeepOption(MAX_DEPTH)).is_ok());
+        assert!(Fingerprint::of(&DeepStruct(MAX_DEPTH)).is_ok());
+        for err in [
+            Fingerprint::of(&DeepOption(MAX_DEPTH + 1)).unwrap_err(),
+            Fingerprint::of(&DeepStruct(MAX_DEPTH + 1)).unwrap_err(),
+        ] {
+            assert!(err.0.contains("deeper than 256 levels"), "{err}");
+        }
+        // The same limit through the annotated functions' tuple, one level in.
+        let mut tuple = TupleFingerprint::new();
+        assert!(tuple.element(&DeepOption(MAX_DEPTH - 1)).is_ok());
+        assert_eq!(
+            tuple.finish(),
+            Fingerprint::of(&(&DeepOption(MAX_DEPTH - 1),)).unwrap()
+        );
+        assert!(TupleFingerprint::new()
+            .element(&DeepOption(MAX_DEPTH))
+            .is_err());
+        assert!(Fingerprint::of(&(&DeepOption(MAX_DEPTH),)).is_err());
+    }
+
+    #[test]
+    fn a_payload_nested_a_million_deep_is_an_error_not_a_stack_overflow() {
+        // Half the stack a spawned thread gets by default: the refusal comes long before it
+        // could run out, in a debug build too.
+        let refused = std::thread::Builder::new()
+            .stack_size(1024 * 1024)
+            .spawn(|| {
+                (
+                    Fingerprint::of(&DeepOption(1_000_000)).is_err(),
+                    Fingerprint::of(&DeepStruct(1_000_000)).is_err(),
+                )
+            })
+            .unwrap()
+            .join()
+            .unwrap();
+        assert_eq!(refused, (true, true));
     }
 
     fn encode<T: Serialize + ?Sized>(value: &T) -> Vec<u8> {

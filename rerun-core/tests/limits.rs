@@ -1,5 +1,6 @@
 //! What a call refuses before it touches the store: scopes outside the rule (contract 3, 6.6),
-//! durations outside the limits. Each is `Error::Config` naming the fix; nothing is written.
+//! durations outside the limits (each `Error::Config` naming the fix), and payloads nested
+//! deeper than the codec allows (`Error::Codec`). Nothing is written.
 
 use std::time::Duration;
 
@@ -58,4 +59,44 @@ fn durations_outside_the_limits_are_config_errors() {
         .run(&store, || Ok::<_, Error>(1))
         .unwrap();
     assert!(store.inspect(&Key::new("s", "edges")).unwrap().is_some());
+}
+
+#[test]
+fn a_payload_nested_too_deep_is_a_codec_error_and_the_body_never_runs() {
+    let store = MemoryStore::new();
+    let mut deep = serde_json::json!("leaf");
+    for _ in 0..300 {
+        deep = serde_json::json!({ "inner": deep });
+    }
+    let call = Call::new("jobs.deep", "k1").payload(&deep);
+    let key = call.key().clone();
+    let mut ran = false;
+    let err = call
+        .run(&store, || {
+            ran = true;
+            Ok::<_, Error>(1)
+        })
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::Codec {
+                what: "the payload",
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("256 levels"), "{err}");
+    assert!(!ran, "the body ran");
+    assert!(store.inspect(&key).unwrap().is_none(), "{key} was written");
+    // Shallower, the same payload is a payload like any other.
+    let mut ok = serde_json::json!("leaf");
+    for _ in 0..200 {
+        ok = serde_json::json!({ "inner": ok });
+    }
+    Call::new("jobs.deep", "k2")
+        .payload(&ok)
+        .run(&store, || Ok::<_, Error>(1))
+        .unwrap();
 }

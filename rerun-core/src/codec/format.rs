@@ -17,7 +17,7 @@ pub(super) const VERSION_BINARY: u8 = 2;
 /// through the result type's `Deserialize` once per level; in an unoptimized build that is a
 /// few KiB a level, and 256 levels stay well inside the 2 MiB stack of a spawned thread (or
 /// a tokio worker).
-pub(super) const MAX_DEPTH: usize = 256;
+pub(crate) const MAX_DEPTH: usize = 256;
 
 /// One byte per value says what follows. See the table in the module docs.
 pub(super) mod tag {

@@ -114,6 +114,7 @@ mod canon;
 mod de;
 mod error;
 mod format;
+pub(crate) use format::MAX_DEPTH;
 mod legacy;
 #[cfg(test)]
 mod prop_tests;

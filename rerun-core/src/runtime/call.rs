@@ -95,8 +95,8 @@ impl Call {
     }
 
     /// The payload: a second call with the same key and another payload fails with
-    /// [`Error::PayloadMismatch`]. A payload whose `Serialize` fails makes the run fail with
-    /// [`Error::Codec`] before anything is written.
+    /// [`Error::PayloadMismatch`]. A payload whose `Serialize` fails, or that nests deeper than
+    /// 256 levels, makes the run fail with [`Error::Codec`] before anything is written.
     pub fn payload<P: Serialize + ?Sized>(mut self, payload: &P) -> Call {
         self.fingerprint = Fingerprint::of(payload).map_err(|e| Error::Codec {
             key: self.key.clone(),
