@@ -1,7 +1,7 @@
 //! The schema and statements of [`super::SqliteStore`], and why each is shaped as it is.
 
 /// The schema version this build writes; a database with a newer one is refused, an older one
-/// is migrated when the store opens it (see [`MIGRATIONS`]).
+/// is migrated when the store opens it (by the statements of `MIGRATIONS`, step by step).
 ///
 /// 1. rerun 0.1.
 /// 2. `lease_wall`: the lease end on the wall clock, for readers of another boot id.
