@@ -1,6 +1,6 @@
 //! `rerunctl ls`: list records, one a line.
 //!
-//! Pages through the store with [`Store::scan_filtered`](rerun_core::Store::scan_filtered),
+//! Pages through the store with [`Store::scan_filtered`],
 //! asking it for only the scopes and states wanted and without result bodies (unless
 //! `--results`), and stops as soon as `--limit` records matched: `ls --limit 10` on a store of
 //! a million records reads one page, and `ls --status in-progress` reads the claims, not every

@@ -14,7 +14,7 @@ use std::fmt::Write as _;
 /// 2. `scope` and `id` as `text COLLATE "C"` (readable with plain SQL, paged in byte order),
 ///    `changed_at`, and a partial index of the claims in progress and the unknown outcomes.
 ///
-/// The function `<table>_claim` (see [`Names::claim_function`]) came later without a new
+/// The function `<table>_claim` (its text is `Names::claim_function`) came later without a new
 /// version: it changes no record and older builds never call it, so instances of either build
 /// share a table. `connect` creates it, under the migration lock, where it is missing.
 pub const SCHEMA_VERSION: i64 = 2;
