@@ -224,12 +224,35 @@ async fn wal(client: &Client) -> Option<(f64, f64)> {
 /// What a shape cost over its windows.
 #[derive(Default)]
 struct Cost {
+    windows: u32,
     calls: u64,
     took: Duration,
     server: Option<Duration>,
     /// User and system time.
     client: (Duration, Duration),
     wal: Option<(f64, f64)>,
+}
+
+impl Cost {
+    /// Adds one window's cost; a figure missing from any window is missing from the sum.
+    fn add(&mut self, c: Cost) {
+        let first = self.windows == 0;
+        self.windows += 1;
+        self.calls += c.calls;
+        self.took += c.took;
+        self.client.0 += c.client.0;
+        self.client.1 += c.client.1;
+        self.server = if first {
+            c.server
+        } else {
+            self.server.zip(c.server).map(|(a, b)| a + b)
+        };
+        self.wal = if first {
+            c.wal
+        } else {
+            self.wal.zip(c.wal).map(|(a, b)| (a.0 + b.0, a.1 + b.1))
+        };
+    }
 }
 
 static RUN: AtomicU64 = AtomicU64::new(1);
@@ -321,9 +344,10 @@ fn measure(
         let started = Instant::now();
         std::thread::sleep(window);
         stop.store(true, Ordering::Relaxed);
-        // The last calls finish before the clocks are read again.
-        let took = started.elapsed();
-        cost.took = took;
+        // The calls and the clocks are read together; the calls still in flight (one a
+        // thread) finish outside the window and are not counted.
+        cost.calls = calls.load(Ordering::Relaxed);
+        cost.took = started.elapsed();
         let client_after = client_cpu();
         cost.client = (
             client_after.0.saturating_sub(client_before.0),
@@ -337,7 +361,6 @@ fn measure(
             .zip(wal_before)
             .map(|(a, b)| (a.0 - b.0, a.1 - b.1));
     });
-    cost.calls = calls.load(Ordering::Relaxed);
     cost
 }
 
@@ -426,7 +449,7 @@ fn main() {
         let mut totals: Vec<Cost> = shapes.iter().map(|_| Cost::default()).collect();
         for _round in 0..2 {
             for (shape, total) in shapes.iter().zip(totals.iter_mut()) {
-                let c = measure(
+                let cost = measure(
                     &url,
                     (&rt, &admin),
                     &store,
@@ -436,20 +459,7 @@ fn main() {
                     threads,
                     window,
                 );
-                total.calls += c.calls;
-                total.took += c.took;
-                total.client.0 += c.client.0;
-                total.client.1 += c.client.1;
-                total.server = match (total.server, c.server) {
-                    (None, s) if total.calls == c.calls => s,
-                    (Some(a), Some(b)) => Some(a + b),
-                    _ => None,
-                };
-                total.wal = match (total.wal, c.wal) {
-                    (None, w) if total.calls == c.calls => w,
-                    (Some(a), Some(b)) => Some((a.0 + b.0, a.1 + b.1)),
-                    _ => None,
-                };
+                total.add(cost);
             }
         }
         for (shape, c) in shapes.iter().zip(&totals) {
