@@ -195,16 +195,16 @@ const RESERVED_TAGS: [char; 6] = ['s', 'i', 'b', 'c', 'x', 't'];
 impl KeyWriter {
     /// Writes a string part: `s{len}:{text}`.
     pub fn str(&mut self, s: &str) {
-        let _ = write!(self.out, "s{}:", s.len());
+        self.head('s', s.len());
         self.out.push_str(s);
     }
     /// Writes an integer part: `i{decimal}` (every integer type encodes alike for one value).
     pub fn int(&mut self, v: i128) {
-        let _ = write!(self.out, "i{v}");
+        self.number('i', v < 0, v.unsigned_abs(), false);
     }
     /// Writes an unsigned integer part too large for `i128`.
     pub fn uint(&mut self, v: u128) {
-        let _ = write!(self.out, "i{v}");
+        self.number('i', false, v, false);
     }
     /// Writes a boolean part: `b1` or `b0`.
     pub fn bool(&mut self, v: bool) {
@@ -212,18 +212,71 @@ impl KeyWriter {
     }
     /// Writes a char part: `c{len}:{char}`.
     pub fn char(&mut self, c: char) {
-        let _ = write!(self.out, "c{}:{c}", c.len_utf8());
+        self.head('c', c.len_utf8());
+        self.out.push(c);
     }
     /// Writes a byte-string part: `x{len}:{hex}`, with the length in bytes.
     pub fn bytes(&mut self, b: &[u8]) {
         const HEX: &[u8; 16] = b"0123456789abcdef";
-        let _ = write!(self.out, "x{}:", b.len());
+        self.head('x', b.len());
         self.out.reserve(b.len() * 2);
         for &byte in b {
             self.out.push(char::from(HEX[usize::from(byte >> 4)]));
             self.out.push(char::from(HEX[usize::from(byte & 15)]));
         }
     }
+    /// Writes `{tag}{len}:`, the head of a part with a length.
+    fn head(&mut self, tag: char, len: usize) {
+        // A usize always fits in a u128.
+        self.number(tag, false, len as u128, true);
+    }
+
+    /// Writes `tag`, a `-` when `negative`, `v` in decimal as `Display` writes it, and a `:`
+    /// when `colon`: formatted on the stack and appended at once (keys are built on every call,
+    /// and the formatting machinery costs more than the few digits of a typical key).
+    fn number(&mut self, tag: char, negative: bool, v: u128, colon: bool) {
+        // A tag (at most 4 bytes), a sign, u128::MAX's 39 digits, a colon.
+        let mut buf = [0u8; 4 + 1 + 39 + 1];
+        let mut at = buf.len();
+        if colon {
+            at -= 1;
+            buf[at] = b':';
+        }
+        match u64::try_from(v) {
+            Ok(mut n) => loop {
+                at -= 1;
+                buf[at] = b'0' + (n % 10) as u8;
+                n /= 10;
+                if n == 0 {
+                    break;
+                }
+            },
+            Err(_) => {
+                let mut n = v;
+                loop {
+                    at -= 1;
+                    buf[at] = b'0' + (n % 10) as u8;
+                    n /= 10;
+                    if n == 0 {
+                        break;
+                    }
+                }
+            }
+        }
+        if negative {
+            at -= 1;
+            buf[at] = b'-';
+        }
+        let mut utf8 = [0u8; 4];
+        let tag = tag.encode_utf8(&mut utf8).as_bytes();
+        at -= tag.len();
+        buf[at..at + tag.len()].copy_from_slice(tag);
+        // ASCII digits after a whole char: always UTF-8.
+        if let Ok(text) = std::str::from_utf8(&buf[at..]) {
+            self.out.push_str(text);
+        }
+    }
+
     /// Writes a tuple of parts: `(`, the parts `f` writes in order, `)`.
     pub fn tuple(&mut self, f: impl FnOnce(&mut KeyWriter)) {
         self.out.push('(');
@@ -251,9 +304,10 @@ impl KeyWriter {
     /// ```
     pub fn tagged(&mut self, tag: char, body: &str) {
         if tag.is_ascii_alphabetic() && !RESERVED_TAGS.contains(&tag) {
-            let _ = write!(self.out, "{tag}{}:", body.len());
+            self.head(tag, body.len());
         } else {
-            let _ = write!(self.out, "t{}:{tag}{}:", tag.len_utf8(), body.len());
+            self.head('t', tag.len_utf8());
+            self.head(tag, body.len());
         }
         self.out.push_str(body);
     }
@@ -843,6 +897,37 @@ mod tests {
             #[test]
             fn other_types_of_one_value_are_one_key(a in value()) {
                 prop_assert_eq!(id(&a), id(&retyped(&a)));
+            }
+
+            /// Numbers and lengths are written exactly as `Display` writes them, over every
+            /// integer (the encoding of keys already stored must not move).
+            #[test]
+            fn numbers_are_written_as_display_writes_them(
+                v in prop_oneof![any::<i128>(), any::<i64>().prop_map(i128::from), -1000i128..1000],
+                u in prop_oneof![any::<u128>(), any::<u64>().prop_map(u128::from), 0u128..1000],
+                text in ".{0,40}",
+                tag in any::<char>(),
+            ) {
+                let mut w = KeyWriter { out: CompactString::default() };
+                w.int(v);
+                w.uint(u);
+                w.str(&text);
+                w.char(tag);
+                w.tagged(tag, &text);
+                w.bytes(text.as_bytes());
+                let tagged = if tag.is_ascii_alphabetic() && !RESERVED_TAGS.contains(&tag) {
+                    format!("{tag}{}:{text}", text.len())
+                } else {
+                    format!("t{}:{tag}{}:{text}", tag.len_utf8(), text.len())
+                };
+                let hex: String = text.bytes().map(|b| format!("{b:02x}")).collect();
+                let expected = format!(
+                    "i{v}i{u}s{}:{text}c{}:{tag}{tagged}x{}:{hex}",
+                    text.len(),
+                    tag.len_utf8(),
+                    text.len(),
+                );
+                prop_assert_eq!(w.out.as_str(), expected.as_str());
             }
 
             /// Parts written back to back read back one way only: no part runs into the next.
