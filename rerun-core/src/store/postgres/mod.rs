@@ -13,13 +13,14 @@
 //!
 //! The SQL, and which race each statement's shape closes, is in the `sql` module.
 
+mod deadline;
 mod error;
 mod exec;
 mod pool;
 mod sql;
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio_postgres::Config;
 
@@ -278,12 +279,11 @@ impl PostgresStore {
         let inner = &*self.inner;
         // Creating the schema may wait for another instance doing the same under the lock.
         let limit = inner.op_timeout.max(Duration::from_secs(30));
-        let mut pooled = inner.sync_pool.get(&inner.target, limit)?;
+        let (mut pooled, left) = inner.sync_pool.get(&inner.target, limit)?;
         let conn = pooled.conn()?;
-        let (runtime, session) = conn.parts()?;
         let names = &inner.names;
         let codec = i64::from(crate::codec::CODEC_VERSION);
-        let versions = SyncConn::block_on_for(runtime, limit, async {
+        let versions = conn.run_for(left, |session| async move {
             let client = &mut session.client;
             let exists: bool = client
                 .query_one(&names.exists_query(), &[])
@@ -435,18 +435,16 @@ impl PostgresStore {
     /// Runs an operation on a sync connection, within its time limit.
     fn run(&self, op: Op<'_>) -> Result<Reply, Error> {
         let inner = &*self.inner;
-        let started = Instant::now();
         let limit = self.limit(&op);
         let key = op.key();
-        let mut pooled = inner
+        let (mut pooled, left) = inner
             .sync_pool
             .get(&inner.target, limit)
             .map_err(|e| keyed(e, key))?;
-        let left = limit.saturating_sub(started.elapsed());
         let what = op.what();
-        let conn = pooled.conn()?;
-        let (runtime, session) = conn.parts()?;
-        let answer = SyncConn::block_on_for(runtime, left, exec(session, &inner.sql, op))?;
+        let answer = pooled
+            .conn()?
+            .run_for(left, |session| exec(session, &inner.sql, op))?;
         match answer {
             Some(Ok(reply)) => Ok(reply),
             Some(Err(failure)) => {
@@ -466,15 +464,13 @@ impl PostgresStore {
     /// Runs an operation on an async connection, within its time limit.
     async fn run_async(&self, op: Op<'_>) -> Result<Reply, Error> {
         let inner = &*self.inner;
-        let started = Instant::now();
         let limit = self.limit(&op);
         let key = op.key();
-        let mut pooled = inner
+        let (mut pooled, left) = inner
             .async_pool
             .get(&inner.target, limit)
             .await
             .map_err(|e| keyed(e, key))?;
-        let left = limit.saturating_sub(started.elapsed());
         let what = op.what();
         let conn = pooled.conn()?;
         match deadline(left, exec(&mut conn.session, &inner.sql, op)).await {

@@ -29,6 +29,7 @@ use tokio_postgres::{Client, Config, NoTls, Statement};
 
 use crate::error::Error;
 use crate::runtime::keeper::deadline;
+use crate::store::postgres::deadline::Deadline;
 use crate::store::postgres::error::store_error;
 use crate::store::postgres::sql::{ScanShape, Sql, Stmt};
 
@@ -88,6 +89,8 @@ pub(crate) struct SyncConn {
     // Declared before `runtime`: the client goes first, then the runtime drops the
     // connection task, which closes the socket.
     pub(crate) session: Session,
+    /// The time limit of its calls (dropped before the runtime shuts down).
+    deadline: Deadline,
     runtime: Option<Runtime>,
 }
 
@@ -126,15 +129,29 @@ impl SyncConn {
         })
     }
 
-    /// Splits the connection into its runtime and session, for [`SyncConn::block_on`].
-    pub(crate) fn parts(&mut self) -> Result<(&Runtime, &mut Session), Error> {
-        match &self.runtime {
-            Some(rt) => Ok((rt, &mut self.session)),
-            None => Err(Error::store_msg(
+    /// Runs the future `op` makes of this connection's session on its runtime, for at most
+    /// `limit`; `Ok(None)` when the time ran out (the connection is then mid-statement).
+    pub(crate) fn run_for<'a, F>(
+        &'a mut self,
+        limit: Duration,
+        op: impl FnOnce(&'a mut Session) -> F,
+    ) -> Result<Option<F::Output>, Error>
+    where
+        F: Future + Send + 'a,
+        F::Output: Send,
+    {
+        let SyncConn {
+            session,
+            deadline,
+            runtime,
+        } = self;
+        let Some(runtime) = runtime.as_ref() else {
+            return Err(Error::store_msg(
                 None,
                 "a PostgreSQL connection lost its runtime",
-            )),
-        }
+            ));
+        };
+        SyncConn::block_on(runtime, deadline.within(limit, op(session)))
     }
 }
 
@@ -143,6 +160,7 @@ impl Drop for SyncConn {
         // Dropping a runtime from inside an async context panics; shutting it down in the
         // background never does, and drops the connection task all the same.
         if let Some(rt) = self.runtime.take() {
+            self.deadline = Deadline::default();
             rt.shutdown_background();
         }
     }
@@ -219,6 +237,7 @@ impl Target {
         };
         Ok(SyncConn {
             session: Session::new(client),
+            deadline: Deadline::default(),
             runtime: Some(runtime),
         })
     }
@@ -322,13 +341,18 @@ struct Idle<C> {
 struct IdleConn<C> {
     generation: u64,
     thread: std::thread::ThreadId,
-    conn: C,
+    conn: Box<C>,
 }
+
+/// An idle connection taken from a [`Pool`], with its generation.
+type Taken<C> = (u64, Box<C>);
 
 /// A connection taken from a [`Pool`]; it goes back on drop unless marked broken.
 pub(crate) struct Pooled<'p, C> {
     pool: &'p Pool<C>,
-    conn: Option<C>,
+    /// Boxed: a connection (its runtime, client and statements) is moved in and out of the
+    /// idle list on every call, and a pointer moves cheaper than the whole of it.
+    conn: Option<Box<C>>,
     generation: u64,
     forks: u64,
     broken: bool,
@@ -368,8 +392,18 @@ impl<C> Pool<C> {
         idle
     }
 
-    fn permits(&self) -> Arc<Semaphore> {
-        self.idle().permits.clone()
+    /// A permit and an idle connection (if any) under one lock, when a permit is free at
+    /// once; otherwise the semaphore to wait on.
+    fn try_take(&self) -> Result<(OwnedSemaphorePermit, Option<Taken<C>>), Arc<Semaphore>> {
+        let mut idle = self.idle();
+        match idle.permits.clone().try_acquire_owned() {
+            Ok(permit) => Ok((permit, self.take_idle(&mut idle))),
+            Err(_) => Err(idle.permits.clone()),
+        }
+    }
+
+    fn pop_idle(&self) -> Option<Taken<C>> {
+        self.take_idle(&mut self.idle())
     }
 
     /// An idle connection: the one this thread gave back last, if it is idle, else the one
@@ -377,10 +411,9 @@ impl<C> Pool<C> {
     /// socket and buffers in its own core's cache, as a client with a connection per thread
     /// does; no connection waits for its thread, so no caller waits for a connection while
     /// another is idle.
-    fn pop_idle(&self) -> Option<(u64, C)> {
+    fn take_idle(&self, idle: &mut Idle<C>) -> Option<Taken<C>> {
         let current = self.generation.load(Ordering::Acquire);
         let me = std::thread::current().id();
-        let mut idle = self.idle();
         // Older generations may share the fate of a connection that died: drop them.
         idle.conns.retain(|c| c.generation >= current);
         let mine = idle.conns.iter().rposition(|c| c.thread == me);
@@ -391,7 +424,7 @@ impl<C> Pool<C> {
         taken.map(|c| (c.generation, c.conn))
     }
 
-    fn wrap(&self, permit: OwnedSemaphorePermit, generation: u64, conn: C) -> Pooled<'_, C> {
+    fn wrap(&self, permit: OwnedSemaphorePermit, generation: u64, conn: Box<C>) -> Pooled<'_, C> {
         Pooled {
             pool: self,
             conn: Some(conn),
@@ -420,62 +453,88 @@ impl<C> Pool<C> {
 
 impl Pool<SyncConn> {
     /// Takes a connection, blocking while all are in use, opening one if none is idle; all of
-    /// it within `limit`.
+    /// it within `limit`. Returns the connection and what is left of `limit` (all of it when a
+    /// connection was idle: the clock is read only when something waited).
     pub(crate) fn get(
         &self,
         target: &Target,
         limit: Duration,
-    ) -> Result<Pooled<'_, SyncConn>, Error> {
-        let started = Instant::now();
-        let permits = self.permits();
-        let permit = match permits.clone().try_acquire_owned() {
-            Ok(p) => p,
-            Err(_) => park_on(permits.acquire_owned(), limit)
-                .ok_or_else(|| Self::exhausted(target, limit))?
-                .map_err(|_| Self::closed())?,
+    ) -> Result<(Pooled<'_, SyncConn>, Duration), Error> {
+        let (permit, idle, started) = match self.try_take() {
+            Ok((permit, idle)) => (permit, idle, None),
+            Err(permits) => {
+                let started = Instant::now();
+                let permit = park_on(permits.acquire_owned(), limit)
+                    .ok_or_else(|| Self::exhausted(target, limit))?
+                    .map_err(|_| Self::closed())?;
+                (permit, self.pop_idle(), Some(started))
+            }
         };
-        if let Some((generation, conn)) = self.pop_idle() {
-            return Ok(self.wrap(permit, generation, conn));
+        if let Some((generation, conn)) = idle {
+            return Ok((self.wrap(permit, generation, conn), left(limit, started)));
         }
+        let started = started.unwrap_or_else(Instant::now);
         let generation = self.generation.load(Ordering::Acquire);
-        let conn = target.connect_sync(limit.saturating_sub(started.elapsed()))?;
-        Ok(self.wrap(permit, generation, conn))
+        let conn = Box::new(target.connect_sync(left(limit, Some(started)))?);
+        Ok((
+            self.wrap(permit, generation, conn),
+            left(limit, Some(started)),
+        ))
     }
 }
 
 impl Pool<AsyncConn> {
     /// Takes a connection, waiting while all are in use, opening one if none is idle; all of
-    /// it within `limit`.
+    /// it within `limit`. Returns the connection and what is left of `limit` (all of it when a
+    /// connection was idle).
     pub(crate) async fn get(
         &self,
         target: &Target,
         limit: Duration,
-    ) -> Result<Pooled<'_, AsyncConn>, Error> {
-        let started = Instant::now();
-        let permit = deadline(limit, self.permits().acquire_owned())
-            .await
-            .ok_or_else(|| Self::exhausted(target, limit))?
-            .map_err(|_| Self::closed())?;
+    ) -> Result<(Pooled<'_, AsyncConn>, Duration), Error> {
+        let (permit, mut idle, started) = match self.try_take() {
+            Ok((permit, idle)) => (permit, idle, None),
+            Err(permits) => {
+                let started = Instant::now();
+                let permit = deadline(limit, permits.acquire_owned())
+                    .await
+                    .ok_or_else(|| Self::exhausted(target, limit))?
+                    .map_err(|_| Self::closed())?;
+                (permit, self.pop_idle(), Some(started))
+            }
+        };
         loop {
-            match self.pop_idle() {
+            match idle.take() {
                 // The background runtime notices a dead socket on its own.
-                Some((_, conn)) if conn.session.client.is_closed() => continue,
-                Some((generation, conn)) => return Ok(self.wrap(permit, generation, conn)),
+                Some((_, conn)) if conn.session.client.is_closed() => {
+                    drop(conn);
+                    idle = self.pop_idle();
+                }
+                Some((generation, conn)) => {
+                    return Ok((self.wrap(permit, generation, conn), left(limit, started)))
+                }
                 None => break,
             }
         }
+        let started = started.unwrap_or_else(Instant::now);
         let generation = self.generation.load(Ordering::Acquire);
-        let conn = target
-            .connect_async(limit.saturating_sub(started.elapsed()))
-            .await?;
-        Ok(self.wrap(permit, generation, conn))
+        let conn = Box::new(target.connect_async(left(limit, Some(started))).await?);
+        Ok((
+            self.wrap(permit, generation, conn),
+            left(limit, Some(started)),
+        ))
     }
+}
+
+/// What is left of `limit` since `started` (all of it when nothing waited).
+fn left(limit: Duration, started: Option<Instant>) -> Duration {
+    started.map_or(limit, |s| limit.saturating_sub(s.elapsed()))
 }
 
 impl<C> Pooled<'_, C> {
     pub(crate) fn conn(&mut self) -> Result<&mut C, Error> {
         self.conn
-            .as_mut()
+            .as_deref_mut()
             .ok_or_else(|| Error::store_msg(None, "a pooled PostgreSQL connection was lost"))
     }
 
