@@ -15,8 +15,10 @@
 //! --features postgres --bench postgres_cost`
 //!
 //! (`RERUN_TEST_POSTGRES_URL` is used when `RERUN_BENCH_POSTGRES_URL` is unset;
-//! `RERUN_BENCH_MS` sets each shape's window, default 3000 ms, run in two rounds.) The server
-//! CPU column needs the server on this machine; elsewhere it prints `-`.
+//! `RERUN_BENCH_MS` sets each shape's window, default 3000 ms, run in two rounds;
+//! `RERUN_BENCH_CELLS=repeated-8,fresh-1` runs only the cells named, and
+//! `RERUN_BENCH_SHAPES=statement,rerun` only the shapes named.) The server CPU column needs the
+//! server on this machine; elsewhere it prints `-`.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Barrier;
@@ -49,6 +51,18 @@ enum Shape {
 }
 
 impl Shape {
+    /// The name `RERUN_BENCH_SHAPES` selects it by.
+    fn name(self) -> &'static str {
+        match self {
+            Shape::Floor => "floor",
+            Shape::ResultOnly => "result-only",
+            Shape::Record => "record",
+            Shape::RecordJoined => "record-joined",
+            Shape::Statement => "statement",
+            Shape::Rerun => "rerun",
+        }
+    }
+
     fn describe(self) -> &'static str {
         match self {
             Shape::Floor => "floor",
@@ -445,7 +459,21 @@ fn main() {
         (true, 1, &fresh),
         (true, THREADS, &fresh),
     ];
+    let chosen = |var: &str, name: &str| {
+        std::env::var(var)
+            .map(|list| list.split(',').any(|n| n.trim() == name))
+            .unwrap_or(true)
+    };
     for (is_fresh, threads, shapes) in cells {
+        let cell = format!("{}-{threads}", if is_fresh { "fresh" } else { "repeated" });
+        if !chosen("RERUN_BENCH_CELLS", &cell) {
+            continue;
+        }
+        let shapes: Vec<Shape> = shapes
+            .iter()
+            .copied()
+            .filter(|s| chosen("RERUN_BENCH_SHAPES", s.name()))
+            .collect();
         let mut totals: Vec<Cost> = shapes.iter().map(|_| Cost::default()).collect();
         for _round in 0..2 {
             for (shape, total) in shapes.iter().zip(totals.iter_mut()) {
