@@ -242,25 +242,24 @@ impl KeyWriter {
             at -= 1;
             buf[at] = b':';
         }
-        match u64::try_from(v) {
-            Ok(mut n) => loop {
-                at -= 1;
-                buf[at] = b'0' + (n % 10) as u8;
-                n /= 10;
-                if n == 0 {
-                    break;
-                }
-            },
-            Err(_) => {
-                let mut n = v;
-                loop {
+        // 128-bit division only for the digits above u64's range (at most 20 of them).
+        let mut wide = v;
+        let mut n = loop {
+            match u64::try_from(wide) {
+                Ok(n) => break n,
+                Err(_) => {
                     at -= 1;
-                    buf[at] = b'0' + (n % 10) as u8;
-                    n /= 10;
-                    if n == 0 {
-                        break;
-                    }
+                    buf[at] = b'0' + (wide % 10) as u8;
+                    wide /= 10;
                 }
+            }
+        };
+        loop {
+            at -= 1;
+            buf[at] = b'0' + (n % 10) as u8;
+            n /= 10;
+            if n == 0 {
+                break;
             }
         }
         if negative {
