@@ -11,7 +11,7 @@
 //! limit is still cut off by the same runtime clock as before.
 
 use std::future::{poll_fn, Future};
-use std::pin::{pin, Pin};
+use std::pin::Pin;
 use std::task::Poll;
 use std::time::Duration;
 
@@ -25,10 +25,16 @@ pub(crate) struct Deadline {
 }
 
 impl Deadline {
-    /// Runs `fut` for at most `limit`; `None` when the time ran out first.
+    /// Runs `fut` for at most `limit`; `None` when the time ran out first. `fut` is pinned
+    /// where the caller made it: a statement's future is over a kilobyte, and taken by value
+    /// it would be copied into this one's state.
     ///
     /// Must be polled by the runtime the first call ran on: the timer belongs to its clock.
-    pub(crate) async fn within<F: Future>(&mut self, limit: Duration, fut: F) -> Option<F::Output> {
+    pub(crate) async fn within<F: Future>(
+        &mut self,
+        limit: Duration,
+        mut fut: Pin<&mut F>,
+    ) -> Option<F::Output> {
         // A limit past the clock's range (`Duration::MAX`) never runs out.
         let Some(until) = Instant::now().checked_add(limit) else {
             return Some(fut.await);
@@ -40,7 +46,6 @@ impl Deadline {
             }
             None => self.timer.insert(Box::pin(sleep_until(until))),
         };
-        let mut fut = pin!(fut);
         poll_fn(|cx| {
             if let Poll::Ready(out) = fut.as_mut().poll(cx) {
                 return Poll::Ready(Some(out));
@@ -54,6 +59,7 @@ impl Deadline {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::pin::pin;
 
     fn runtime() -> tokio::runtime::Runtime {
         tokio::runtime::Builder::new_current_thread()
@@ -67,14 +73,28 @@ mod tests {
         tokio::time::sleep(d).await
     }
 
+    /// `Deadline::within` on `rt`, with `fut` pinned here.
+    fn run<F: Future>(
+        rt: &tokio::runtime::Runtime,
+        deadline: &mut Deadline,
+        limit: Duration,
+        fut: F,
+    ) -> Option<F::Output> {
+        rt.block_on(deadline.within(limit, pin!(fut)))
+    }
+
     #[test]
     fn a_call_that_outlives_its_limit_is_cut_off_every_time() {
         let rt = runtime();
         let mut deadline = Deadline::default();
         for _ in 0..3 {
             let started = std::time::Instant::now();
-            let out = rt
-                .block_on(deadline.within(Duration::from_millis(20), std::future::pending::<()>()));
+            let out = run(
+                &rt,
+                &mut deadline,
+                Duration::from_millis(20),
+                std::future::pending::<()>(),
+            );
             assert_eq!(out, None);
             assert!(started.elapsed() >= Duration::from_millis(20));
             assert!(started.elapsed() < Duration::from_secs(5));
@@ -87,17 +107,25 @@ mod tests {
         let mut deadline = Deadline::default();
         // Quick calls push the armed deadline forward in place ...
         for i in 0..1000u32 {
-            let out = rt.block_on(deadline.within(Duration::from_millis(30), async { i }));
+            let out = run(&rt, &mut deadline, Duration::from_millis(30), async { i });
             assert_eq!(out, Some(i));
         }
         // ... across the time the first one was armed for: a later call is not cut off by it.
         std::thread::sleep(Duration::from_millis(40));
-        let out = rt
-            .block_on(deadline.within(Duration::from_millis(200), nap(Duration::from_millis(60))));
+        let out = run(
+            &rt,
+            &mut deadline,
+            Duration::from_millis(200),
+            nap(Duration::from_millis(60)),
+        );
         assert_eq!(out, Some(()));
         // A shorter limit than the armed one moves the deadline earlier.
-        let out =
-            rt.block_on(deadline.within(Duration::from_millis(10), nap(Duration::from_secs(60))));
+        let out = run(
+            &rt,
+            &mut deadline,
+            Duration::from_millis(10),
+            nap(Duration::from_secs(60)),
+        );
         assert_eq!(out, None);
     }
 
@@ -106,13 +134,17 @@ mod tests {
         let rt = runtime();
         let mut deadline = Deadline::default();
         assert_eq!(
-            rt.block_on(deadline.within(Duration::from_millis(5), async { 1 })),
+            run(&rt, &mut deadline, Duration::from_millis(5), async { 1 }),
             Some(1)
         );
         // The armed time passes while nothing runs the runtime.
         std::thread::sleep(Duration::from_millis(30));
-        let out = rt
-            .block_on(deadline.within(Duration::from_millis(300), nap(Duration::from_millis(50))));
+        let out = run(
+            &rt,
+            &mut deadline,
+            Duration::from_millis(300),
+            nap(Duration::from_millis(50)),
+        );
         assert_eq!(out, Some(()));
     }
 
@@ -120,10 +152,14 @@ mod tests {
     fn a_limit_beyond_the_clock_never_runs_out() {
         let rt = runtime();
         let mut deadline = Deadline::default();
-        let out = rt.block_on(deadline.within(Duration::MAX, async { 7 }));
+        let out = run(&rt, &mut deadline, Duration::MAX, async { 7 });
         assert_eq!(out, Some(7));
-        let out =
-            rt.block_on(deadline.within(Duration::from_millis(10), std::future::pending::<()>()));
+        let out = run(
+            &rt,
+            &mut deadline,
+            Duration::from_millis(10),
+            std::future::pending::<()>(),
+        );
         assert_eq!(out, None);
     }
 }

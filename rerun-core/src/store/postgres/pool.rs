@@ -151,7 +151,12 @@ impl SyncConn {
                 "a PostgreSQL connection lost its runtime",
             ));
         };
-        SyncConn::block_on(runtime, deadline.within(limit, op(session)))
+        // Made in place and pinned here, so that only a pointer travels down through the
+        // runtime's `block_on` (the future of a statement is over a kilobyte, and each layer
+        // it passed by value copied it).
+        let op = pin!(op(session));
+        let fut = pin!(deadline.within(limit, op));
+        SyncConn::block_on(runtime, fut)
     }
 }
 
