@@ -19,6 +19,7 @@ mod exec;
 mod pool;
 mod sql;
 
+use std::pin::pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -473,7 +474,12 @@ impl PostgresStore {
             .map_err(|e| keyed(e, key))?;
         let what = op.what();
         let conn = pooled.conn()?;
-        match deadline(left, exec(&mut conn.session, &inner.sql, op)).await {
+        let outcome = {
+            // Pinned here, so that the statement's future is not copied into the deadline's.
+            let exec = pin!(exec(&mut conn.session, &inner.sql, op));
+            deadline(left, exec).await
+        };
+        match outcome {
             Some(Ok(reply)) => Ok(reply),
             Some(Err(failure)) => {
                 if failure.broken {
