@@ -5,8 +5,9 @@
 //! `SELECT` by primary key for a repeated one). Fresh calls (claim + complete, two round trips)
 //! and repeated calls (one round trip), with 1, 8 and 16 concurrent callers, sync (threads) and
 //! async (tasks on a 2-worker tokio runtime). The raw sides give every caller its own
-//! connection, the best case for them. Also prints rerun with 8 callers against 1, and the
-//! statements per call counted by the server.
+//! connection, the best case for them, and keep it from window to window, as rerun's pool does.
+//! Also prints rerun with 8 callers against 1, and the statements per call counted by the
+//! server.
 //!
 //! `RERUN_BENCH_POSTGRES_URL=postgres://postgres@127.0.0.1:5432/test cargo bench -p rerun-core
 //! --features postgres --bench postgres_ratios`
@@ -232,37 +233,74 @@ fn rerun_sync(store: &PostgresStore, kind: Kind, callers: usize, dur: Duration) 
     (w.ops.load(Ordering::Relaxed), started.elapsed())
 }
 
-/// The raw client, sync: each thread drives its own connection on its own current-thread
-/// runtime (what the blocking `postgres` crate does).
-#[allow(clippy::too_many_arguments)]
-fn raw_sync(
-    url: &str,
-    store: &PostgresStore,
-    table: &str,
+/// Raw connections kept from window to window, as rerun's pool keeps its own. A raw side that
+/// opened its connections in each window and closed them at its end would leave the next window
+/// the exits of as many server processes; rerun, the only side that is not raw, would always
+/// come after one.
+struct Kept<C> {
     baseline: Baseline,
-    kind: Kind,
-    callers: usize,
-    dur: Duration,
-) -> (u64, Duration) {
+    conns: Vec<C>,
+}
+
+/// A sync caller's connection, driven on its own current-thread runtime by whichever thread
+/// uses it (what the blocking `postgres` crate does).
+type SyncRaw = (tokio::runtime::Runtime, Bare);
+
+impl<C> Kept<C> {
+    fn new(baseline: Baseline) -> Kept<C> {
+        Kept {
+            baseline,
+            conns: Vec::new(),
+        }
+    }
+}
+
+impl Kept<SyncRaw> {
+    /// At least `n` connections, opened outside any window.
+    fn ensure(&mut self, url: &str, store: &PostgresStore, table: &str, n: usize) {
+        while self.conns.len() < n {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("rt");
+            let raw = rt.block_on(Bare::connect(url, store, table, self.baseline));
+            self.conns.push((rt, raw));
+        }
+    }
+}
+
+impl Kept<Arc<Bare>> {
+    /// At least `n` connections, driven by `rt`, opened outside any window.
+    fn ensure(
+        &mut self,
+        rt: &tokio::runtime::Runtime,
+        url: &str,
+        store: &PostgresStore,
+        table: &str,
+        n: usize,
+    ) {
+        while self.conns.len() < n {
+            let raw = rt.block_on(Bare::connect(url, store, table, self.baseline));
+            self.conns.push(Arc::new(raw));
+        }
+    }
+}
+
+/// The raw client, sync: each thread drives a connection of its own (`raws`, at least
+/// `callers` of them) on that connection's current-thread runtime.
+fn raw_sync(raws: &Kept<SyncRaw>, kind: Kind, callers: usize, dur: Duration) -> (u64, Duration) {
     let run = RUN.fetch_add(1, Ordering::Relaxed);
+    let baseline = raws.baseline;
     let w = window();
-    let ready = Arc::new(std::sync::Barrier::new(callers + 1));
+    // `ensure` opened `callers` connections; the barrier counts the threads actually started.
+    let threads = raws.conns.len().min(callers);
+    let ready = Arc::new(std::sync::Barrier::new(threads + 1));
     let mut started = Instant::now();
     std::thread::scope(|s| {
-        for c in 0..callers {
+        for (c, (rt, raw)) in raws.conns.iter().take(threads).enumerate() {
             let (w, ready) = (w.clone(), ready.clone());
             s.spawn(move || {
-                let rt = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .expect("rt");
-                // Past the barrier whatever happens, so that a failed connect ends the run
-                // with its panic rather than leaving the others waiting.
-                let raw = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    rt.block_on(Bare::connect(url, store, table, baseline))
-                }));
                 ready.wait();
-                let raw = raw.unwrap_or_else(|p| std::panic::resume_unwind(p));
                 let mut i = 0;
                 while !w.stop.load(Ordering::Relaxed) {
                     rt.block_on(raw.call(kind, &key(Bare::scope(baseline), run, kind, c, i)));
@@ -316,31 +354,27 @@ fn rerun_async(
     })
 }
 
-/// The raw client, async: one connection per task, driven on the same runtime.
-#[allow(clippy::too_many_arguments)]
+/// The raw client, async: one connection per task (`raws`, at least `callers` of them), driven
+/// on the same runtime.
 fn raw_async(
     rt: &tokio::runtime::Runtime,
-    url: &str,
-    store: &PostgresStore,
-    table: &str,
-    baseline: Baseline,
+    raws: &Kept<Arc<Bare>>,
     kind: Kind,
     callers: usize,
     dur: Duration,
 ) -> (u64, Duration) {
     let run = RUN.fetch_add(1, Ordering::Relaxed);
+    let baseline = raws.baseline;
     let w = window();
     rt.block_on(async {
-        let mut raws = Vec::new();
-        for _ in 0..callers {
-            raws.push(Bare::connect(url, store, table, baseline).await);
-        }
         let started = Instant::now();
         let tasks: Vec<_> = raws
-            .into_iter()
+            .conns
+            .iter()
+            .take(callers)
             .enumerate()
             .map(|(c, raw)| {
-                let w = w.clone();
+                let (w, raw) = (w.clone(), raw.clone());
                 tokio::spawn(async move {
                     let mut i = 0;
                     while !w.stop.load(Ordering::Relaxed) {
@@ -494,24 +528,16 @@ fn main() {
     rt.block_on(Floor::create(&url, &table));
     // Warm up: connections, prepared statements, the repeated keys of every caller.
     let _ = rerun_sync(&store, Kind::Repeated, 16, Duration::from_millis(300));
-    let _ = raw_sync(
-        &url,
-        &store,
-        &table,
-        Baseline::Same,
-        Kind::Repeated,
-        16,
-        Duration::from_millis(300),
+    let mut same_sync = Kept::<SyncRaw>::new(Baseline::Same);
+    let mut floor_sync = Kept::<SyncRaw>::new(Baseline::Floor);
+    let (mut same_async, mut floor_async) = (
+        Kept::<Arc<Bare>>::new(Baseline::Same),
+        Kept::<Arc<Bare>>::new(Baseline::Floor),
     );
-    let _ = raw_sync(
-        &url,
-        &store,
-        &table,
-        Baseline::Floor,
-        Kind::Repeated,
-        16,
-        Duration::from_millis(300),
-    );
+    for raws in [&mut same_sync, &mut floor_sync] {
+        raws.ensure(&url, &store, &table, 16);
+        let _ = raw_sync(raws, Kind::Repeated, 16, Duration::from_millis(300));
+    }
     let _ = rerun_async(&rt, &store, Kind::Repeated, 16, Duration::from_millis(300));
 
     // `RERUN_BENCH_CELLS=sync-repeated-1,async-fresh-16` runs only those cells.
@@ -540,64 +566,34 @@ fn main() {
                     continue;
                 }
                 let sides = match api {
-                    "sync" => cell(
-                        rounds,
-                        &mut [
-                            &mut || rerun_sync(&store, kind, callers, per_round),
-                            &mut || {
-                                raw_sync(
-                                    &url,
-                                    &store,
-                                    &table,
-                                    Baseline::Same,
-                                    kind,
-                                    callers,
-                                    per_round,
-                                )
-                            },
-                            &mut || {
-                                raw_sync(
-                                    &url,
-                                    &store,
-                                    &table,
-                                    Baseline::Floor,
-                                    kind,
-                                    callers,
-                                    per_round,
-                                )
-                            },
-                        ],
-                    ),
-                    _ => cell(
-                        rounds,
-                        &mut [
-                            &mut || rerun_async(&rt, &store, kind, callers, per_round),
-                            &mut || {
-                                raw_async(
-                                    &rt,
-                                    &url,
-                                    &store,
-                                    &table,
-                                    Baseline::Same,
-                                    kind,
-                                    callers,
-                                    per_round,
-                                )
-                            },
-                            &mut || {
-                                raw_async(
-                                    &rt,
-                                    &url,
-                                    &store,
-                                    &table,
-                                    Baseline::Floor,
-                                    kind,
-                                    callers,
-                                    per_round,
-                                )
-                            },
-                        ],
-                    ),
+                    "sync" => {
+                        same_sync.ensure(&url, &store, &table, callers);
+                        floor_sync.ensure(&url, &store, &table, callers);
+                        cell(
+                            rounds,
+                            &mut [
+                                &mut || rerun_sync(&store, kind, callers, per_round),
+                                &mut || raw_sync(&same_sync, kind, callers, per_round),
+                                &mut || raw_sync(&floor_sync, kind, callers, per_round),
+                            ],
+                        )
+                    }
+                    _ => {
+                        // The sync cells' connections are closed first: the server's
+                        // `max_connections` is often 100.
+                        same_sync.conns.clear();
+                        floor_sync.conns.clear();
+                        same_async.ensure(&rt, &url, &store, &table, callers);
+                        floor_async.ensure(&rt, &url, &store, &table, callers);
+                        cell(
+                            rounds,
+                            &mut [
+                                &mut || rerun_async(&rt, &store, kind, callers, per_round),
+                                &mut || raw_async(&rt, &same_async, kind, callers, per_round),
+                                &mut || raw_async(&rt, &floor_async, kind, callers, per_round),
+                            ],
+                        )
+                    }
                 };
                 let [a, b, f] = &sides[..] else { continue };
                 println!(
@@ -622,14 +618,16 @@ fn main() {
     println!(
         "scaling, sync: 8 callers against 1 (interleaved windows), rerun and the floor client"
     );
+    drop((same_sync, same_async, floor_async));
+    floor_sync.ensure(&url, &store, &table, 8);
     for kind in [Kind::Fresh, Kind::Repeated] {
         let sides = cell(
             rounds,
             &mut [
                 &mut || rerun_sync(&store, kind, 8, per_round),
                 &mut || rerun_sync(&store, kind, 1, per_round),
-                &mut || raw_sync(&url, &store, &table, Baseline::Floor, kind, 8, per_round),
-                &mut || raw_sync(&url, &store, &table, Baseline::Floor, kind, 1, per_round),
+                &mut || raw_sync(&floor_sync, kind, 8, per_round),
+                &mut || raw_sync(&floor_sync, kind, 1, per_round),
             ],
         );
         let [eight, one, raw_eight, raw_one] = &sides[..] else {
@@ -646,6 +644,7 @@ fn main() {
             raw_eight.rate() / raw_one.rate(),
         );
     }
+    drop(floor_sync);
     drop(store);
     let _ = rt.block_on(async {
         let (client, connection) = tokio_postgres::connect(&url, NoTls).await.ok()?;
