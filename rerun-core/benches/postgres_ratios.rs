@@ -253,37 +253,23 @@ impl<C> Kept<C> {
             conns: Vec::new(),
         }
     }
-}
 
-impl Kept<SyncRaw> {
-    /// At least `n` connections, opened outside any window.
-    fn ensure(&mut self, url: &str, store: &PostgresStore, table: &str, n: usize) {
+    /// At least `n` connections, opened outside any window by `open`.
+    fn ensure(&mut self, n: usize, mut open: impl FnMut(Baseline) -> C) {
         while self.conns.len() < n {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("rt");
-            let raw = rt.block_on(Bare::connect(url, store, table, self.baseline));
-            self.conns.push((rt, raw));
+            self.conns.push(open(self.baseline));
         }
     }
 }
 
-impl Kept<Arc<Bare>> {
-    /// At least `n` connections, driven by `rt`, opened outside any window.
-    fn ensure(
-        &mut self,
-        rt: &tokio::runtime::Runtime,
-        url: &str,
-        store: &PostgresStore,
-        table: &str,
-        n: usize,
-    ) {
-        while self.conns.len() < n {
-            let raw = rt.block_on(Bare::connect(url, store, table, self.baseline));
-            self.conns.push(Arc::new(raw));
-        }
-    }
+/// A sync caller's connection on a current-thread runtime of its own.
+fn sync_raw(url: &str, store: &PostgresStore, table: &str, baseline: Baseline) -> SyncRaw {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("rt");
+    let raw = rt.block_on(Bare::connect(url, store, table, baseline));
+    (rt, raw)
 }
 
 /// The raw client, sync: each thread drives a connection of its own (`raws`, at least
@@ -528,14 +514,14 @@ fn main() {
     rt.block_on(Floor::create(&url, &table));
     // Warm up: connections, prepared statements, the repeated keys of every caller.
     let _ = rerun_sync(&store, Kind::Repeated, 16, Duration::from_millis(300));
+    let sync_open = |b| sync_raw(&url, &store, &table, b);
+    let async_open = |b| Arc::new(rt.block_on(Bare::connect(&url, &store, &table, b)));
     let mut same_sync = Kept::<SyncRaw>::new(Baseline::Same);
     let mut floor_sync = Kept::<SyncRaw>::new(Baseline::Floor);
-    let (mut same_async, mut floor_async) = (
-        Kept::<Arc<Bare>>::new(Baseline::Same),
-        Kept::<Arc<Bare>>::new(Baseline::Floor),
-    );
+    let mut same_async = Kept::<Arc<Bare>>::new(Baseline::Same);
+    let mut floor_async = Kept::<Arc<Bare>>::new(Baseline::Floor);
     for raws in [&mut same_sync, &mut floor_sync] {
-        raws.ensure(&url, &store, &table, 16);
+        raws.ensure(16, sync_open);
         let _ = raw_sync(raws, Kind::Repeated, 16, Duration::from_millis(300));
     }
     let _ = rerun_async(&rt, &store, Kind::Repeated, 16, Duration::from_millis(300));
@@ -567,8 +553,8 @@ fn main() {
                 }
                 let sides = match api {
                     "sync" => {
-                        same_sync.ensure(&url, &store, &table, callers);
-                        floor_sync.ensure(&url, &store, &table, callers);
+                        same_sync.ensure(callers, sync_open);
+                        floor_sync.ensure(callers, sync_open);
                         cell(
                             rounds,
                             &mut [
@@ -583,8 +569,8 @@ fn main() {
                         // `max_connections` is often 100.
                         same_sync.conns.clear();
                         floor_sync.conns.clear();
-                        same_async.ensure(&rt, &url, &store, &table, callers);
-                        floor_async.ensure(&rt, &url, &store, &table, callers);
+                        same_async.ensure(callers, async_open);
+                        floor_async.ensure(callers, async_open);
                         cell(
                             rounds,
                             &mut [
@@ -619,7 +605,7 @@ fn main() {
         "scaling, sync: 8 callers against 1 (interleaved windows), rerun and the floor client"
     );
     drop((same_sync, same_async, floor_async));
-    floor_sync.ensure(&url, &store, &table, 8);
+    floor_sync.ensure(8, sync_open);
     for kind in [Kind::Fresh, Kind::Repeated] {
         let sides = cell(
             rounds,
