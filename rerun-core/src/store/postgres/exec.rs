@@ -366,11 +366,12 @@ impl<'a> tokio_postgres::types::FromSql<'a> for PgTime {
 /// snapshot and the row lock, and the statement must run again.
 fn answer(key: &Key, req: &ClaimRequest<'_>, row: &Row) -> Result<Option<ClaimResponse>, Error> {
     let claimed: Option<i64> = col(key, row, 0)?;
-    let status: Option<String> = col(key, row, 1)?;
+    // Text columns borrowed from the row: only a replayed result is copied out of it.
+    let status: Option<&str> = col(key, row, 1)?;
     let fence: Option<i64> = col(key, row, 2)?;
-    let holder: Option<String> = col(key, row, 4)?;
+    let holder: Option<&str> = col(key, row, 4)?;
     let once: Option<bool> = col(key, row, 5)?;
-    let status = match status.as_deref() {
+    let status = match status {
         None => None,
         Some(s) => Some(Status::parse(s).ok_or_else(|| {
             Error::corrupt(key, CorruptKind::Record(format!("unknown status {s:?}")))
@@ -382,12 +383,12 @@ fn answer(key: &Key, req: &ClaimRequest<'_>, row: &Row) -> Result<Option<ClaimRe
         let abandoned = match (status, fence) {
             (Some(Status::InProgress), Some(f)) => Some(Abandoned {
                 fence: f,
-                holder: holder.as_deref().and_then(Holder::decode),
+                holder: holder.and_then(Holder::decode),
                 outcome_unknown: once.unwrap_or(false),
             }),
             (Some(Status::Unknown), Some(f)) => Some(Abandoned {
                 fence: f,
-                holder: holder.as_deref().and_then(Holder::decode),
+                holder: holder.and_then(Holder::decode),
                 outcome_unknown: true,
             }),
             _ => None,
@@ -444,7 +445,7 @@ fn answer(key: &Key, req: &ClaimRequest<'_>, row: &Row) -> Result<Option<ClaimRe
         Status::Unknown => None,
         Status::InProgress => match lease_left {
             Some(left) if req.steal != Some(fence) => {
-                let holder = match holder.as_deref() {
+                let holder = match holder {
                     Some(h) => Holder::decode(h).ok_or_else(|| {
                         Error::corrupt(key, CorruptKind::Record(format!("malformed holder {h:?}")))
                     })?,
