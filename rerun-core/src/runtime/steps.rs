@@ -367,17 +367,20 @@ where
         span.record("key", telemetry::key_field(key));
     }
     let mut report = Report::default();
-    let out = run(
-        backend,
-        key,
-        fingerprint,
-        options,
-        reconcile,
-        body,
-        &mut report,
-    )
-    .instrument(span.clone())
-    .await;
+    // Pinned where it is made, so that the span wraps a reference to it: the call's future
+    // (its body's state included) is not copied into the span's wrapper.
+    let out = {
+        let call = std::pin::pin!(run(
+            backend,
+            key,
+            fingerprint,
+            options,
+            reconcile,
+            body,
+            &mut report,
+        ));
+        call.instrument(span.clone()).await
+    };
     span.record("outcome", report.verdict.as_str());
     if let Some(fence) = report.fence {
         span.record("fence", fence);
