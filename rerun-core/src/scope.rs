@@ -32,6 +32,28 @@ pub const MAX_SCOPE_BYTES: usize = 512;
 /// assert!(validate_scope(&"a".repeat(513)).is_err());
 /// ```
 pub fn validate_scope(scope: &str) -> Result<(), String> {
+    // Every call checks its scope, and nearly every scope is printable ASCII: one pass over the
+    // bytes settles those. Anything else (empty, all spaces, too long, a control character,
+    // non-ASCII) takes the full check, which says what is wrong.
+    if scope.len() <= MAX_SCOPE_BYTES && printable_ascii_not_blank(scope.as_bytes()) {
+        return Ok(());
+    }
+    validate_scope_fully(scope)
+}
+
+/// Whether `bytes` are all printable ASCII (space to `~`) and not all spaces (nor none).
+#[inline]
+fn printable_ascii_not_blank(bytes: &[u8]) -> bool {
+    let (mut printable, mut blank) = (true, true);
+    for &b in bytes {
+        printable &= (b' '..=b'~').contains(&b);
+        blank &= b == b' ';
+    }
+    printable && !blank
+}
+
+/// [`validate_scope`] without the fast path for printable ASCII.
+fn validate_scope_fully(scope: &str) -> Result<(), String> {
     if scope.is_empty() {
         return Err(
             "a scope cannot be empty: it names the operation; write `scope = \"billing.charge\"`"
@@ -321,5 +343,30 @@ mod tests {
         assert!(validate_scope("a\0").is_err());
         assert!(validate_scope("a\u{85}").is_err());
         assert!(validate_scope("a\u{7f}").is_err());
+        assert!(validate_scope(" ").is_err());
+        assert!(validate_scope(" a ").is_ok());
+    }
+
+    mod fast_path {
+        use super::super::{validate_scope, validate_scope_fully};
+        use proptest::prelude::*;
+
+        fn scopes() -> impl Strategy<Value = String> {
+            prop_oneof![
+                "[ -~]{0,520}",
+                "[ \\t\\n\\x7f]{0,4}[ -~]{0,8}[ \\t\\x00\\x1f\\x7f]{0,2}",
+                ".{0,40}",
+                proptest::collection::vec(any::<u8>(), 0..600)
+                    .prop_map(|b| String::from_utf8_lossy(&b).into_owned()),
+            ]
+        }
+
+        proptest! {
+            /// The fast path for printable ASCII accepts exactly what the full rule accepts.
+            #[test]
+            fn agrees_with_the_full_rule(scope in scopes()) {
+                prop_assert_eq!(validate_scope(&scope), validate_scope_fully(&scope));
+            }
+        }
     }
 }
