@@ -283,3 +283,52 @@ fn the_metric_series_of_contract_13() {
         "{histograms:?}"
     );
 }
+
+/// Whether each event, by message, was emitted inside a `rerun.call` span.
+#[derive(Default, Clone)]
+struct InCall(Arc<Mutex<Vec<(String, bool)>>>);
+
+impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for InCall {
+    fn on_event(&self, event: &Event<'_>, ctx: Context<'_, S>) {
+        let mut fields = BTreeMap::new();
+        event.record(&mut Fields(&mut fields));
+        let inside = ctx
+            .event_span(event)
+            .is_some_and(|s| s.scope().any(|s| s.name() == "rerun.call"));
+        let message = fields.remove("message").unwrap_or_default();
+        self.0.lock().unwrap().push((message, inside));
+    }
+}
+
+/// A call dropped midway (a cancelled task) drops its body inside its span: what the body's
+/// guards log on the way out, and the claim given back, belong to the call.
+#[test]
+fn a_call_dropped_midway_drops_its_body_inside_its_span() {
+    let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
+    struct Guard;
+    impl Drop for Guard {
+        fn drop(&mut self) {
+            tracing::info!("the body was dropped");
+        }
+    }
+    let seen = InCall::default();
+    let subscriber = tracing_subscriber::registry().with(seen.clone());
+    tracing::subscriber::with_default(subscriber, || {
+        let store = MemoryStore::new();
+        let call = Call::new("telemetry.dropped", &1u64).run_async(&store, async {
+            let _guard = Guard;
+            std::future::pending::<()>().await;
+            Ok::<u32, Error>(1)
+        });
+        let mut call = std::pin::pin!(call);
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        assert!(std::future::Future::poll(call.as_mut(), &mut cx).is_pending());
+    });
+    let events = seen.0.lock().unwrap();
+    assert!(
+        events
+            .iter()
+            .any(|(m, inside)| m == "the body was dropped" && *inside),
+        "{events:?}"
+    );
+}

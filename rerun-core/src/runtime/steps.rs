@@ -367,8 +367,10 @@ where
         span.record("key", telemetry::key_field(key));
     }
     let mut report = Report::default();
-    // Pinned where it is made, so that the span wraps a reference to it: the call's future
-    // (its body's state included) is not copied into the span's wrapper.
+    // The call's future (its body's state included) is made inside the span's wrapper and
+    // pinned where that is made: awaiting the wrapper by value copied the whole future once
+    // more. The wrapper owns the future, so a call dropped midway (a cancelled task, a panic)
+    // still drops its body and gives its claim back inside the span.
     let out = {
         let call = std::pin::pin!(run(
             backend,
@@ -378,8 +380,9 @@ where
             reconcile,
             body,
             &mut report,
-        ));
-        call.instrument(span.clone()).await
+        )
+        .instrument(span.clone()));
+        call.await
     };
     span.record("outcome", report.verdict.as_str());
     if let Some(fence) = report.fence {
