@@ -53,9 +53,14 @@ impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for Seen {
             values.record(&mut Fields(fields));
         }
     }
-    fn on_event(&self, event: &Event<'_>, _: Context<'_, S>) {
+    fn on_event(&self, event: &Event<'_>, ctx: Context<'_, S>) {
         let mut fields = BTreeMap::new();
         event.record(&mut Fields(&mut fields));
+        // Whether the event was emitted inside a `rerun.call` span, as a pseudo-field.
+        let in_call = ctx
+            .event_span(event)
+            .is_some_and(|s| s.scope().any(|s| s.name() == "rerun.call"));
+        fields.insert("in_call".to_owned(), in_call.to_string());
         let level = event.metadata().level().to_string();
         self.events.lock().unwrap().push((level, fields));
     }
@@ -284,22 +289,6 @@ fn the_metric_series_of_contract_13() {
     );
 }
 
-/// Whether each event, by message, was emitted inside a `rerun.call` span.
-#[derive(Default, Clone)]
-struct InCall(Arc<Mutex<Vec<(String, bool)>>>);
-
-impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for InCall {
-    fn on_event(&self, event: &Event<'_>, ctx: Context<'_, S>) {
-        let mut fields = BTreeMap::new();
-        event.record(&mut Fields(&mut fields));
-        let inside = ctx
-            .event_span(event)
-            .is_some_and(|s| s.scope().any(|s| s.name() == "rerun.call"));
-        let message = fields.remove("message").unwrap_or_default();
-        self.0.lock().unwrap().push((message, inside));
-    }
-}
-
 /// A call dropped midway (a cancelled task) drops its body inside its span: what the body's
 /// guards log on the way out, and the claim given back, belong to the call.
 #[test]
@@ -311,7 +300,7 @@ fn a_call_dropped_midway_drops_its_body_inside_its_span() {
             tracing::info!("the body was dropped");
         }
     }
-    let seen = InCall::default();
+    let seen = Seen::default();
     let subscriber = tracing_subscriber::registry().with(seen.clone());
     tracing::subscriber::with_default(subscriber, || {
         let store = MemoryStore::new();
@@ -324,11 +313,12 @@ fn a_call_dropped_midway_drops_its_body_inside_its_span() {
         let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
         assert!(std::future::Future::poll(call.as_mut(), &mut cx).is_pending());
     });
-    let events = seen.0.lock().unwrap();
-    assert!(
-        events
-            .iter()
-            .any(|(m, inside)| m == "the body was dropped" && *inside),
-        "{events:?}"
+    let (_, dropped) = seen
+        .event("the body was dropped")
+        .expect("the body's guard logged");
+    assert_eq!(
+        dropped.get("in_call").map(String::as_str),
+        Some("true"),
+        "{dropped:?}"
     );
 }
