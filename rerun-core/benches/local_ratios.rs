@@ -1,8 +1,9 @@
 //! Prints, from one run, rerun's throughput on the local stores against hand-written baselines
 //! doing the same work: a `Mutex<HashMap>` with the same key, fingerprint and result encoding,
 //! and raw rusqlite doing the same statements; for SQLite also the simplest client doing the
-//! same writes (`INSERT .. ON CONFLICT DO NOTHING` + `UPDATE`, a `SELECT` for a repeat).
-//! Sequential and with 16 concurrent callers.
+//! same writes (`INSERT .. ON CONFLICT DO NOTHING` + `UPDATE`, a `SELECT` for a repeat), and,
+//! for fresh calls, that client on a table that keeps an index of its open records, as rerun's
+//! does for `recover` (the last two columns). Sequential and with 16 concurrent callers.
 //!
 //! Each cell runs its sides in alternating rounds (`RERUN_BENCH_ROUNDS`, default 5, of
 //! `RERUN_BENCH_MS` each, default 600) and prints each side's median round, so that a stretch of
@@ -56,7 +57,7 @@ fn cell<const N: usize>(rounds: usize, sides: [&dyn Fn() -> f64; N]) -> [f64; N]
 
 fn row(name: &str, ours: f64, theirs: f64) {
     println!(
-        "| {name:<34} | {:>12.0} | {:>12.0} | {:>6.2}x | {:>8.2} us | | |",
+        "| {name:<34} | {:>12.0} | {:>12.0} | {:>6.2}x | {:>8.2} us | | | | |",
         ours,
         theirs,
         ours / theirs,
@@ -66,13 +67,27 @@ fn row(name: &str, ours: f64, theirs: f64) {
 
 fn row3(name: &str, ours: f64, theirs: f64, floor: f64) {
     println!(
-        "| {name:<34} | {:>12.0} | {:>12.0} | {:>6.2}x | {:>8.2} us | {:>12.0} | {:>6.2}x |",
+        "| {name:<34} | {:>12.0} | {:>12.0} | {:>6.2}x | {:>8.2} us | {:>12.0} | {:>6.2}x | | |",
         ours,
         theirs,
         ours / theirs,
         1e6 / ours,
         floor,
         ours / floor
+    );
+}
+
+fn row4(name: &str, ours: f64, theirs: f64, floor: f64, indexed: f64) {
+    println!(
+        "| {name:<34} | {:>12.0} | {:>12.0} | {:>6.2}x | {:>8.2} us | {:>12.0} | {:>6.2}x | {:>12.0} | {:>6.2}x |",
+        ours,
+        theirs,
+        ours / theirs,
+        1e6 / ours,
+        floor,
+        ours / floor,
+        indexed,
+        ours / indexed
     );
 }
 
@@ -90,8 +105,8 @@ fn main() {
     if std::env::args().any(|a| a == "--list") {
         return;
     }
-    println!("| case | rerun calls/s | same work calls/s | ratio | rerun per call | floor calls/s | vs floor |");
-    println!("|---|---:|---:|---:|---:|---:|---:|");
+    println!("| case | rerun calls/s | same work calls/s | ratio | rerun per call | floor calls/s | vs floor | floor + index calls/s | vs floor + index |");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
     // A thread's ids are 10^12 apart from the next thread's; a round's 10^9 from the next round's.
     let id = |t: usize, i: u64| 1_000_000_000_000 * (t as u64 + 1) + i;
 
@@ -146,20 +161,25 @@ fn main() {
     // One connection per caller for the hand-written sides (rerun's store pools its own).
     let raws: Vec<RawSqlite> = (0..16).map(|_| RawSqlite::open(&raw_path)).collect();
     let floors: Vec<FloorSqlite> = (0..16).map(|_| FloorSqlite::open(&floor_path)).collect();
+    let indexed_path = dir.path().join("floor_indexed.sqlite3");
+    let indexed: Vec<FloorSqlite> = (0..16)
+        .map(|_| FloorSqlite::open_indexed(&indexed_path))
+        .collect();
     for callers in [1, 16] {
-        let [ours, theirs, bare] = cell(
+        let [ours, theirs, bare, bare_indexed] = cell(
             rounds,
             [
                 &|| fresh(callers, &|_, k| drop(rerun_call(&store, k, false))),
                 &|| fresh(callers, &|t, k| drop(raws[t].call(k))),
                 &|| fresh(callers, &|t, k| drop(floors[t].call(k))),
+                &|| fresh(callers, &|t, k| drop(indexed[t].call(k))),
             ],
         );
         let name = format!(
             "sqlite fresh (NORMAL), {callers} caller{}",
             if callers == 1 { "" } else { "s" }
         );
-        row3(&name, ours, theirs, bare);
+        row4(&name, ours, theirs, bare, bare_indexed);
     }
     let [ours] = cell(
         rounds,
@@ -167,7 +187,7 @@ fn main() {
     );
     // No baseline: the hand-written layers have no at-most-once mode.
     println!(
-        "| {:<34} | {:>12.0} | {:>12} | {:>7} | {:>8.2} us | | |",
+        "| {:<34} | {:>12.0} | {:>12} | {:>7} | {:>8.2} us | | | | |",
         "sqlite fresh once (FULL claim), 1",
         ours,
         "-",

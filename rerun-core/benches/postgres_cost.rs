@@ -1,9 +1,11 @@
 //! Where a PostgreSQL call's time goes: CPU per call on each side of the wire, for rerun, for
 //! the raw client running rerun's statement, for shapes of that statement with pieces taken
 //! away, and for the floor (the simplest client doing the same round trips, as in
-//! `postgres_ratios`). On a machine where the client and the server share the cores, every
-//! microsecond of CPU on either side is throughput lost, so these two figures say what a cell
-//! of `postgres_ratios` can reach.
+//! `postgres_ratios`); for fresh calls also that floor on a table that keeps rerun's status and
+//! expiry with their two indexes (what `recover` and purging read instead of every record), and
+//! rerun's record written by a plain insert (a claim that reads nothing first). On a machine
+//! where the client and the server share the cores, every microsecond of CPU on either side is
+//! throughput lost, so these two figures say what a cell of `postgres_ratios` can reach.
 //!
 //! Repeated calls with 8 threads; fresh calls with 1 and 8. Every thread lives for the whole
 //! window and keeps one connection (rerun's pool hands a thread the connection it used last).
@@ -37,6 +39,15 @@ enum Shape {
     /// `SELECT result` by primary key from a three-column table / `INSERT .. ON CONFLICT DO
     /// NOTHING` + `UPDATE`.
     Floor,
+    /// The floor's fresh call on a table that also has a status and an expiry with rerun's two
+    /// partial indexes on them (`postgres::floor_indexed_table`): the insert enters the index
+    /// of open records, the update moves the row to completed with an expiry. Fresh calls only.
+    FloorIndexed,
+    /// rerun's record written into rerun's table by a plain `INSERT .. ON CONFLICT DO NOTHING`
+    /// (its fence from the table's sequence, fingerprint, holder, lease), then rerun's own
+    /// completion: a claim that never reads the record first, so no takeover, steal, replay or
+    /// compare-and-set. Fresh calls only.
+    FloorRecord,
     /// `SELECT result` by primary key from rerun's table.
     ResultOnly,
     /// The columns a replay reads (status, fence, fingerprint check, holder, once, lease,
@@ -55,6 +66,8 @@ impl Shape {
     fn name(self) -> &'static str {
         match self {
             Shape::Floor => "floor",
+            Shape::FloorIndexed => "floor-indexed",
+            Shape::FloorRecord => "floor-record",
             Shape::ResultOnly => "result-only",
             Shape::Record => "record",
             Shape::RecordJoined => "record-joined",
@@ -66,6 +79,8 @@ impl Shape {
     fn describe(self) -> &'static str {
         match self {
             Shape::Floor => "floor",
+            Shape::FloorIndexed => "floor, with rerun's status, expiry and their two indexes",
+            Shape::FloorRecord => "rerun's record by a plain insert, rerun's completion",
             Shape::ResultOnly => "rerun's table, `SELECT result` by key",
             Shape::Record => "rerun's table, the columns a replay reads",
             Shape::RecordJoined => "the same through the one-row join",
@@ -83,6 +98,7 @@ struct Raw {
     /// rerun's statements, for [`Shape::Statement`].
     statements: Option<postgres::Statements>,
     fingerprint: Vec<u8>,
+    holder: String,
     result: Vec<u8>,
     shape: Shape,
 }
@@ -98,6 +114,9 @@ impl Raw {
             Shape::Floor => Some(format!(
                 "SELECT result FROM {floor} WHERE scope = $1 AND id = $2"
             )),
+            Shape::FloorIndexed => Some(format!(
+                "SELECT result FROM {floor}_indexed WHERE scope = $1 AND id = $2"
+            )),
             Shape::ResultOnly => Some(format!(
                 "SELECT result FROM {t} WHERE scope = $1 AND id = $2"
             )),
@@ -112,7 +131,7 @@ impl Raw {
                     .collect::<Vec<_>>()
                     .join(", ")
             )),
-            Shape::Statement | Shape::Rerun => None,
+            Shape::FloorRecord | Shape::Statement | Shape::Rerun => None,
         };
         let read = match read {
             Some(sql) => Some(client.prepare(&sql).await.expect("prepare")),
@@ -127,6 +146,7 @@ impl Raw {
             read,
             statements,
             fingerprint: Fingerprint::EMPTY.0.to_vec(),
+            holder: rerun_core::Holder::current().encode(),
             result: rerun_core::codec::encode(&receipt()).expect("encode"),
             shape,
         }
@@ -147,11 +167,84 @@ impl Raw {
             .expect("update");
     }
 
+    /// The two statements of a fresh call of the floor shapes (`None` for the others).
+    async fn fresh_statements(
+        &self,
+        store: &PostgresStore,
+        floor: &str,
+    ) -> Option<(Statement, Statement)> {
+        let indexed = format!("{floor}_indexed");
+        let t = store.table();
+        let (insert, update) = match self.shape {
+            Shape::Floor => (
+                format!("INSERT INTO {floor} (scope, id) VALUES ($1, $2) ON CONFLICT DO NOTHING"),
+                format!("UPDATE {floor} SET result = $3 WHERE scope = $1 AND id = $2"),
+            ),
+            Shape::FloorIndexed => (
+                format!(
+                    "INSERT INTO {indexed} (scope, id, status) VALUES ($1, $2, 'in_progress') \
+                     ON CONFLICT DO NOTHING"
+                ),
+                format!(
+                    "UPDATE {indexed} SET status = 'completed', result = $3, \
+                     expires_at = now() + interval '1 day' WHERE scope = $1 AND id = $2"
+                ),
+            ),
+            Shape::FloorRecord => (
+                format!(
+                    "INSERT INTO {t} (scope, id, status, fence, fingerprint, holder, once, \
+                     lease_until, expires_at, result) VALUES ($1, $2, 'in_progress', \
+                     nextval('{t}_fence'), $3, $4, false, \
+                     now() + $5::float8 * interval '1 microsecond', NULL, NULL) \
+                     ON CONFLICT DO NOTHING RETURNING fence"
+                ),
+                store
+                    .statement_text("complete")
+                    .expect("rerun's completion")
+                    .to_owned(),
+            ),
+            _ => return None,
+        };
+        Some((
+            self.client.prepare(&insert).await.expect("prepare"),
+            self.client.prepare(&update).await.expect("prepare"),
+        ))
+    }
+
+    /// [`Shape::FloorRecord`]'s fresh call.
+    async fn record_fresh(&self, insert: &Statement, complete: &Statement, key: &Key) {
+        let (scope, id) = (key.scope(), key.id());
+        let row = self
+            .client
+            .query_one(
+                insert,
+                &[
+                    &scope,
+                    &id,
+                    &self.fingerprint,
+                    &self.holder,
+                    &postgres::LEASE_US,
+                ],
+            )
+            .await
+            .expect("insert");
+        let fence: i64 = row.get(0);
+        let n = self
+            .client
+            .execute(
+                complete,
+                &[&scope, &id, &fence, &self.result, &postgres::TTL_US],
+            )
+            .await
+            .expect("complete");
+        assert_eq!(n, 1, "the completion found no claim");
+    }
+
     /// A repeated call of any shape but the floor's fresh one.
     async fn call(&self, key: &Key) {
         let (scope, id) = (key.scope(), key.id());
         let row = match self.shape {
-            Shape::Floor | Shape::ResultOnly => self
+            Shape::Floor | Shape::FloorIndexed | Shape::ResultOnly => self
                 .client
                 .query_one(self.read.as_ref().expect("a read"), &[&scope, &id])
                 .await
@@ -164,6 +257,7 @@ impl Raw {
                 )
                 .await
                 .expect("select"),
+            Shape::FloorRecord => unreachable!("fresh calls only"),
             Shape::Statement | Shape::Rerun => {
                 let statements = self.statements.as_ref().expect("rerun's statements");
                 statements.call(&self.client, key).await;
@@ -171,7 +265,10 @@ impl Raw {
             }
         };
         let result: Option<Vec<u8>> = row.get(
-            if self.shape == Shape::Floor || self.shape == Shape::ResultOnly {
+            if matches!(
+                self.shape,
+                Shape::Floor | Shape::FloorIndexed | Shape::ResultOnly
+            ) {
                 0
             } else {
                 7
@@ -320,19 +417,9 @@ fn measure(
                     .build()
                     .expect("rt");
                 let raw = rt.block_on(Raw::connect(url, store, floor, shape));
-                let floor_fresh = (fresh && shape == Shape::Floor).then(|| {
-                    rt.block_on(async {
-                        let insert = format!(
-                            "INSERT INTO {floor} (scope, id) VALUES ($1, $2) ON CONFLICT DO NOTHING"
-                        );
-                        let update =
-                            format!("UPDATE {floor} SET result = $3 WHERE scope = $1 AND id = $2");
-                        (
-                            raw.client.prepare(&insert).await.expect("prepare"),
-                            raw.client.prepare(&update).await.expect("prepare"),
-                        )
-                    })
-                });
+                let floor_fresh = fresh
+                    .then(|| rt.block_on(raw.fresh_statements(store, floor)))
+                    .flatten();
                 if !fresh {
                     // Warm: the first run of a prepared statement plans it.
                     rt.block_on(raw.call(&key(c, 0)));
@@ -342,6 +429,9 @@ fn measure(
                 while !stop.load(Ordering::Relaxed) {
                     let k = key(c, i);
                     match &floor_fresh {
+                        Some((insert, update)) if shape == Shape::FloorRecord => {
+                            rt.block_on(raw.record_fresh(insert, update, &k))
+                        }
                         Some((insert, update)) => rt.block_on(raw.floor_fresh(insert, update, &k)),
                         None => rt.block_on(raw.call(&k)),
                     }
@@ -415,6 +505,10 @@ fn main() {
             .batch_execute(&postgres::create_floor_sql(&table))
             .await
             .expect("floor table");
+        client
+            .batch_execute(&postgres::create_floor_indexed_sql(&table))
+            .await
+            .expect("indexed floor table");
         // The repeated keys, in both tables.
         for c in 0..THREADS as u64 {
             let key = Key::new(SCOPE, &(0u64, c, 0u64));
@@ -453,7 +547,13 @@ fn main() {
         Shape::Statement,
         Shape::Rerun,
     ];
-    let fresh = [Shape::Floor, Shape::Statement, Shape::Rerun];
+    let fresh = [
+        Shape::Floor,
+        Shape::FloorIndexed,
+        Shape::FloorRecord,
+        Shape::Statement,
+        Shape::Rerun,
+    ];
     let cells: Vec<(bool, usize, &[Shape])> = vec![
         (false, THREADS, &repeated),
         (true, 1, &fresh),

@@ -168,23 +168,61 @@ impl RawSqlite {
 /// fresh call is an `INSERT .. ON CONFLICT DO NOTHING` and an `UPDATE` of the result (each its
 /// own transaction, as rerun's claim and completion are); a repeated call is one `SELECT`.
 /// Same file settings as SqliteStore (WAL, `synchronous = NORMAL`).
+///
+/// [`FloorSqlite::open_indexed`] is the same client on a table that also keeps what `recover`
+/// and `rerunctl ls --status in-progress` read instead of every record: a `status` column and
+/// an index of the open records, which the insert enters and the update leaves (the floor of a
+/// store that can find its open claims without walking its completed ones).
 pub struct FloorSqlite {
     conn: Mutex<Connection>,
+    select: &'static str,
+    insert: &'static str,
+    update: &'static str,
 }
 
 impl FloorSqlite {
     pub fn open(path: &Path) -> FloorSqlite {
+        FloorSqlite::with(
+            path,
+            "CREATE TABLE IF NOT EXISTS floor (scope TEXT NOT NULL, id TEXT NOT NULL, result BLOB, \
+             PRIMARY KEY (scope, id)) WITHOUT ROWID",
+            [
+                "SELECT result FROM floor WHERE scope = ?1 AND id = ?2",
+                "INSERT INTO floor (scope, id) VALUES (?1, ?2) ON CONFLICT DO NOTHING",
+                "UPDATE floor SET result = ?3 WHERE scope = ?1 AND id = ?2",
+            ],
+        )
+    }
+
+    /// The floor with a `status` column and the index of open records (see the type).
+    pub fn open_indexed(path: &Path) -> FloorSqlite {
+        FloorSqlite::with(
+            path,
+            "CREATE TABLE IF NOT EXISTS floor_indexed (scope TEXT NOT NULL, id TEXT NOT NULL, \
+             status TEXT NOT NULL, result BLOB, PRIMARY KEY (scope, id)) WITHOUT ROWID;
+             CREATE INDEX IF NOT EXISTS floor_indexed_open ON floor_indexed (scope, id) \
+             WHERE status = 'in_progress'",
+            [
+                "SELECT result FROM floor_indexed WHERE scope = ?1 AND id = ?2",
+                "INSERT INTO floor_indexed (scope, id, status) VALUES (?1, ?2, 'in_progress') \
+                 ON CONFLICT DO NOTHING",
+                "UPDATE floor_indexed SET status = 'completed', result = ?3 \
+                 WHERE scope = ?1 AND id = ?2",
+            ],
+        )
+    }
+
+    fn with(path: &Path, schema: &str, [select, insert, update]: [&'static str; 3]) -> FloorSqlite {
         let conn = Connection::open(path).unwrap_or_else(|e| panic!("{e}"));
         conn.busy_timeout(std::time::Duration::from_secs(30)).ok();
         conn.pragma_update(None, "journal_mode", "WAL").ok();
         conn.pragma_update(None, "synchronous", "NORMAL").ok();
-        conn.execute_batch(
-            "CREATE TABLE IF NOT EXISTS floor (scope TEXT NOT NULL, id TEXT NOT NULL, result BLOB, \
-             PRIMARY KEY (scope, id)) WITHOUT ROWID",
-        )
-        .unwrap_or_else(|e| panic!("{e}"));
+        conn.execute_batch(schema).unwrap_or_else(|e| panic!("{e}"));
         FloorSqlite {
             conn: Mutex::new(conn),
+            select,
+            insert,
+            update,
         }
     }
 
@@ -192,7 +230,7 @@ impl FloorSqlite {
         let id = Key::new(SCOPE, &n).id().to_owned();
         let c = &*self.conn.lock().unwrap_or_else(|p| p.into_inner());
         let found: Option<Vec<u8>> = c
-            .prepare_cached("SELECT result FROM floor WHERE scope = ?1 AND id = ?2")
+            .prepare_cached(self.select)
             .and_then(|mut s| {
                 s.query_row(params![SCOPE, id], |r| r.get::<_, Option<Vec<u8>>>(0))
                     .optional()
@@ -204,13 +242,13 @@ impl FloorSqlite {
             return r;
         }
         let inserted = c
-            .prepare_cached("INSERT INTO floor (scope, id) VALUES (?1, ?2) ON CONFLICT DO NOTHING")
+            .prepare_cached(self.insert)
             .and_then(|mut s| s.execute(params![SCOPE, id]))
             .unwrap_or(0);
         let r = receipt(n);
         if inserted == 1 {
             let bytes = codec::encode(&r).unwrap_or_default();
-            c.prepare_cached("UPDATE floor SET result = ?3 WHERE scope = ?1 AND id = ?2")
+            c.prepare_cached(self.update)
                 .and_then(|mut s| s.execute(params![SCOPE, id, bytes]))
                 .ok();
         }

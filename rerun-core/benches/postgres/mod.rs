@@ -22,8 +22,8 @@ pub fn receipt() -> Receipt {
 }
 
 /// The lease and the ttl a raw client passes to rerun's statements, in microseconds.
-const LEASE_US: f64 = 30e6;
-const TTL_US: f64 = 86_400e6;
+pub const LEASE_US: f64 = 30e6;
+pub const TTL_US: f64 = 86_400e6;
 
 /// The server: `RERUN_BENCH_POSTGRES_URL`, else `RERUN_TEST_POSTGRES_URL`; `None` (with a
 /// notice) when neither is set.
@@ -52,11 +52,31 @@ pub fn create_floor_sql(table: &str) -> String {
     )
 }
 
-/// Drops what a run created: rerun's table with its companions, and the floor's.
+/// The floor's table with what rerun's `recover` and purging read instead of every record: a
+/// `status` and an expiry, with the two partial indexes rerun's table has on them (the index
+/// of open records, which a claim enters and its completion leaves, and the index of expiring
+/// completed records, which the completion enters).
+pub fn floor_indexed_table(table: &str) -> String {
+    format!("{}_indexed", floor_table(table))
+}
+
+/// Creates [`floor_indexed_table`], as [`create_floor_sql`] does the floor's.
+pub fn create_floor_indexed_sql(table: &str) -> String {
+    let t = floor_indexed_table(table);
+    format!(
+        "CREATE TABLE IF NOT EXISTS \"{t}\" (scope text COLLATE \"C\" NOT NULL, id text COLLATE \"C\" NOT NULL, \
+         status text NOT NULL, expires_at timestamptz, result bytea, PRIMARY KEY (scope, id));
+         CREATE INDEX IF NOT EXISTS \"{t}_expires\" ON \"{t}\" (expires_at) WHERE status = 'completed';
+         CREATE INDEX IF NOT EXISTS \"{t}_open\" ON \"{t}\" (scope, id) WHERE status IN ('in_progress', 'unknown');"
+    )
+}
+
+/// Drops what a run created: rerun's table with its companions, and the floors'.
 pub fn drop_sql(table: &str) -> String {
     format!(
-        "DROP TABLE IF EXISTS \"{table}\"; DROP TABLE IF EXISTS \"{table}_meta\"; DROP SEQUENCE IF EXISTS \"{table}_fence\"; DROP FUNCTION IF EXISTS \"{table}_claim\"; DROP TABLE IF EXISTS \"{}\";",
-        floor_table(table)
+        "DROP TABLE IF EXISTS \"{table}\"; DROP TABLE IF EXISTS \"{table}_meta\"; DROP SEQUENCE IF EXISTS \"{table}_fence\"; DROP FUNCTION IF EXISTS \"{table}_claim\"; DROP TABLE IF EXISTS \"{}\"; DROP TABLE IF EXISTS \"{}\";",
+        floor_table(table),
+        floor_indexed_table(table)
     )
 }
 
