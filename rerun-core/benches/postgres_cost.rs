@@ -114,9 +114,6 @@ impl Raw {
             Shape::Floor => Some(format!(
                 "SELECT result FROM {floor} WHERE scope = $1 AND id = $2"
             )),
-            Shape::FloorIndexed => Some(format!(
-                "SELECT result FROM {floor}_indexed WHERE scope = $1 AND id = $2"
-            )),
             Shape::ResultOnly => Some(format!(
                 "SELECT result FROM {t} WHERE scope = $1 AND id = $2"
             )),
@@ -131,7 +128,7 @@ impl Raw {
                     .collect::<Vec<_>>()
                     .join(", ")
             )),
-            Shape::FloorRecord | Shape::Statement | Shape::Rerun => None,
+            Shape::FloorIndexed | Shape::FloorRecord | Shape::Statement | Shape::Rerun => None,
         };
         let read = match read {
             Some(sql) => Some(client.prepare(&sql).await.expect("prepare")),
@@ -173,8 +170,8 @@ impl Raw {
         store: &PostgresStore,
         floor: &str,
     ) -> Option<(Statement, Statement)> {
-        let indexed = format!("{floor}_indexed");
         let t = store.table();
+        let indexed = postgres::floor_indexed_table(t);
         let (insert, update) = match self.shape {
             Shape::Floor => (
                 format!("INSERT INTO {floor} (scope, id) VALUES ($1, $2) ON CONFLICT DO NOTHING"),
@@ -244,7 +241,7 @@ impl Raw {
     async fn call(&self, key: &Key) {
         let (scope, id) = (key.scope(), key.id());
         let row = match self.shape {
-            Shape::Floor | Shape::FloorIndexed | Shape::ResultOnly => self
+            Shape::Floor | Shape::ResultOnly => self
                 .client
                 .query_one(self.read.as_ref().expect("a read"), &[&scope, &id])
                 .await
@@ -257,7 +254,7 @@ impl Raw {
                 )
                 .await
                 .expect("select"),
-            Shape::FloorRecord => unreachable!("fresh calls only"),
+            Shape::FloorIndexed | Shape::FloorRecord => unreachable!("fresh calls only"),
             Shape::Statement | Shape::Rerun => {
                 let statements = self.statements.as_ref().expect("rerun's statements");
                 statements.call(&self.client, key).await;
@@ -265,10 +262,7 @@ impl Raw {
             }
         };
         let result: Option<Vec<u8>> = row.get(
-            if matches!(
-                self.shape,
-                Shape::Floor | Shape::FloorIndexed | Shape::ResultOnly
-            ) {
+            if self.shape == Shape::Floor || self.shape == Shape::ResultOnly {
                 0
             } else {
                 7
