@@ -1,9 +1,12 @@
 //! Prints, from one run, rerun's throughput on the local stores against hand-written baselines
 //! doing the same work: a `Mutex<HashMap>` with the same key, fingerprint and result encoding,
 //! and raw rusqlite doing the same statements; for SQLite also the simplest client doing the
-//! same writes (`INSERT .. ON CONFLICT DO NOTHING` + `UPDATE`, a `SELECT` for a repeat), and,
-//! for fresh calls, that client on a table that keeps an index of its open records, as rerun's
-//! does for `recover` (the last two columns). Sequential and with 16 concurrent callers.
+//! simplest writes (`INSERT .. ON CONFLICT DO NOTHING` + `UPDATE`, a `SELECT` for a repeat) of a
+//! three-column row: the floor. For fresh calls two more floors: that client on a table that
+//! keeps an index of its open records, as rerun's does for `recover`; and that client writing
+//! rerun's whole record into rerun's own table and index (`RecordSqlite`: the same writes,
+//! without the reads that make rerun's claim atomic and its fence monotonic). Sequential and
+//! with 16 concurrent callers.
 //!
 //! Each cell runs its sides in alternating rounds (`RERUN_BENCH_ROUNDS`, default 5, of
 //! `RERUN_BENCH_MS` each, default 600) and prints each side's median round, so that a stretch of
@@ -16,7 +19,7 @@ mod local;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use local::{rerun_call, Baseline, FloorSqlite, RawSqlite};
+use local::{rerun_call, Baseline, FloorSqlite, RawSqlite, RecordSqlite};
 use rerun_core::{MemoryStore, SqliteStore};
 
 /// Calls per second of `f` over `threads` threads for about `window`.
@@ -55,40 +58,25 @@ fn cell<const N: usize>(rounds: usize, sides: [&dyn Fn() -> f64; N]) -> [f64; N]
     })
 }
 
-fn row(name: &str, ours: f64, theirs: f64) {
-    println!(
-        "| {name:<34} | {:>12.0} | {:>12.0} | {:>6.2}x | {:>8.2} us | | | | |",
+/// The floors a row can show, in the order of the header's columns.
+const FLOORS: usize = 3;
+
+/// One row: rerun against the same work, then against each of `floors` (the rest left empty).
+fn row(name: &str, ours: f64, theirs: f64, floors: &[f64]) {
+    let mut line = format!(
+        "| {name:<34} | {:>12.0} | {:>12.0} | {:>6.2}x | {:>8.2} us |",
         ours,
         theirs,
         ours / theirs,
         1e6 / ours
     );
-}
-
-fn row3(name: &str, ours: f64, theirs: f64, floor: f64) {
-    println!(
-        "| {name:<34} | {:>12.0} | {:>12.0} | {:>6.2}x | {:>8.2} us | {:>12.0} | {:>6.2}x | | |",
-        ours,
-        theirs,
-        ours / theirs,
-        1e6 / ours,
-        floor,
-        ours / floor
-    );
-}
-
-fn row4(name: &str, ours: f64, theirs: f64, floor: f64, indexed: f64) {
-    println!(
-        "| {name:<34} | {:>12.0} | {:>12.0} | {:>6.2}x | {:>8.2} us | {:>12.0} | {:>6.2}x | {:>12.0} | {:>6.2}x |",
-        ours,
-        theirs,
-        ours / theirs,
-        1e6 / ours,
-        floor,
-        ours / floor,
-        indexed,
-        ours / indexed
-    );
+    for floor in floors {
+        line.push_str(&format!(" {floor:>12.0} | {:>6.2}x |", ours / floor));
+    }
+    for _ in floors.len()..FLOORS {
+        line.push_str(" | |");
+    }
+    println!("{line}");
 }
 
 fn main() {
@@ -105,8 +93,8 @@ fn main() {
     if std::env::args().any(|a| a == "--list") {
         return;
     }
-    println!("| case | rerun calls/s | same work calls/s | ratio | rerun per call | floor calls/s | vs floor | floor + index calls/s | vs floor + index |");
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("| case | rerun calls/s | same work calls/s | ratio | rerun per call | floor calls/s | vs floor | floor + index calls/s | vs floor + index | floor + record calls/s | vs floor + record |");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     // A thread's ids are 10^12 apart from the next thread's; a round's 10^9 from the next round's.
     let id = |t: usize, i: u64| 1_000_000_000_000 * (t as u64 + 1) + i;
 
@@ -131,9 +119,9 @@ fn main() {
     };
 
     let (_, _, [ours, theirs]) = fresh_cell(1);
-    row("memory fresh, 1 caller", ours, theirs);
+    row("memory fresh, 1 caller", ours, theirs, &[]);
     let (store, base, [ours, theirs]) = fresh_cell(16);
-    row("memory fresh, 16 callers", ours, theirs);
+    row("memory fresh, 16 callers", ours, theirs, &[]);
     rerun_call(&store, 1, false);
     base.call(1);
     let [ours, theirs] = cell(
@@ -143,7 +131,7 @@ fn main() {
             &|| rate(1, window, &|_, _| drop(base.call(1))),
         ],
     );
-    row("memory repeated, 1 caller", ours, theirs);
+    row("memory repeated, 1 caller", ours, theirs, &[]);
     let [ours, theirs] = cell(
         rounds,
         [
@@ -151,7 +139,7 @@ fn main() {
             &|| rate(16, window, &|_, _| drop(base.call(1))),
         ],
     );
-    row("memory repeated, 16 callers", ours, theirs);
+    row("memory repeated, 16 callers", ours, theirs, &[]);
 
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
     let store =
@@ -165,21 +153,24 @@ fn main() {
     let indexed: Vec<FloorSqlite> = (0..16)
         .map(|_| FloorSqlite::open_indexed(&indexed_path))
         .collect();
+    let record_path = dir.path().join("floor_record.sqlite3");
+    let records: Vec<RecordSqlite> = (0..16).map(|_| RecordSqlite::open(&record_path)).collect();
     for callers in [1, 16] {
-        let [ours, theirs, bare, bare_indexed] = cell(
+        let [ours, theirs, bare, bare_indexed, record] = cell(
             rounds,
             [
                 &|| fresh(callers, &|_, k| drop(rerun_call(&store, k, false))),
                 &|| fresh(callers, &|t, k| drop(raws[t].call(k))),
                 &|| fresh(callers, &|t, k| drop(floors[t].call(k))),
                 &|| fresh(callers, &|t, k| drop(indexed[t].call(k))),
+                &|| fresh(callers, &|t, k| drop(records[t].call(k))),
             ],
         );
         let name = format!(
             "sqlite fresh (NORMAL), {callers} caller{}",
             if callers == 1 { "" } else { "s" }
         );
-        row4(&name, ours, theirs, bare, bare_indexed);
+        row(&name, ours, theirs, &[bare, bare_indexed, record]);
     }
     let [ours] = cell(
         rounds,
@@ -187,12 +178,13 @@ fn main() {
     );
     // No baseline: the hand-written layers have no at-most-once mode.
     println!(
-        "| {:<34} | {:>12.0} | {:>12} | {:>7} | {:>8.2} us | | | | |",
+        "| {:<34} | {:>12.0} | {:>12} | {:>7} | {:>8.2} us |{}",
         "sqlite fresh once (FULL claim), 1",
         ours,
         "-",
         "-",
-        1e6 / ours
+        1e6 / ours,
+        " | |".repeat(FLOORS)
     );
     rerun_call(&store, 1, false);
     raws[0].call(1);
@@ -210,6 +202,6 @@ fn main() {
             "sqlite repeated, {callers} caller{}",
             if callers == 1 { "" } else { "s" }
         );
-        row3(&name, ours, theirs, bare);
+        row(&name, ours, theirs, &[bare]);
     }
 }

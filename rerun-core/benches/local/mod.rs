@@ -85,6 +85,36 @@ impl Baseline {
     }
 }
 
+/// A connection of a hand-written side, with SqliteStore's file settings (WAL,
+/// `synchronous = NORMAL`) and a long busy timeout.
+fn connect(path: &Path) -> Connection {
+    let conn = Connection::open(path).unwrap_or_else(|e| panic!("{e}"));
+    conn.busy_timeout(std::time::Duration::from_secs(30)).ok();
+    conn.pragma_update(None, "journal_mode", "WAL").ok();
+    conn.pragma_update(None, "synchronous", "NORMAL").ok();
+    conn
+}
+
+/// [`connect`] to a file holding SqliteStore's own schema, created by opening the store.
+fn connect_rerun_schema(path: &Path) -> Connection {
+    drop(SqliteStore::open(path).unwrap_or_else(|e| panic!("{e}")));
+    connect(path)
+}
+
+/// The stored result of key `id`, read by `select` (a floor's repeated call), decoded.
+fn replayed(c: &Connection, select: &str, id: &str) -> Option<Receipt> {
+    let found: Option<Vec<u8>> = c
+        .prepare_cached(select)
+        .and_then(|mut s| {
+            s.query_row(params![SCOPE, id], |r| r.get::<_, Option<Vec<u8>>>(0))
+                .optional()
+        })
+        .ok()
+        .flatten()
+        .flatten();
+    found.and_then(|b| codec::decode(&b).ok())
+}
+
 /// A hand-written idempotency layer on raw rusqlite: the statements SqliteStore runs, and the
 /// same key, fingerprint and result encoding, without rerun's runtime.
 pub struct RawSqlite {
@@ -95,12 +125,7 @@ pub struct RawSqlite {
 
 impl RawSqlite {
     pub fn open(path: &Path) -> RawSqlite {
-        // The schema is SqliteStore's own.
-        drop(SqliteStore::open(path).unwrap_or_else(|e| panic!("{e}")));
-        let conn = Connection::open(path).unwrap_or_else(|e| panic!("{e}"));
-        conn.busy_timeout(std::time::Duration::from_secs(30)).ok();
-        conn.pragma_update(None, "journal_mode", "WAL").ok();
-        conn.pragma_update(None, "synchronous", "NORMAL").ok();
+        let conn = connect_rerun_schema(path);
         RawSqlite {
             conn: Mutex::new(conn),
             holder: Holder::current().encode(),
@@ -213,10 +238,7 @@ impl FloorSqlite {
     }
 
     fn with(path: &Path, schema: &str, [select, insert, update]: [&'static str; 3]) -> FloorSqlite {
-        let conn = Connection::open(path).unwrap_or_else(|e| panic!("{e}"));
-        conn.busy_timeout(std::time::Duration::from_secs(30)).ok();
-        conn.pragma_update(None, "journal_mode", "WAL").ok();
-        conn.pragma_update(None, "synchronous", "NORMAL").ok();
+        let conn = connect(path);
         conn.execute_batch(schema).unwrap_or_else(|e| panic!("{e}"));
         FloorSqlite {
             conn: Mutex::new(conn),
@@ -229,16 +251,7 @@ impl FloorSqlite {
     pub fn call(&self, n: u64) -> Receipt {
         let id = Key::new(SCOPE, &n).id().to_owned();
         let c = &*self.conn.lock().unwrap_or_else(|p| p.into_inner());
-        let found: Option<Vec<u8>> = c
-            .prepare_cached(self.select)
-            .and_then(|mut s| {
-                s.query_row(params![SCOPE, id], |r| r.get::<_, Option<Vec<u8>>>(0))
-                    .optional()
-            })
-            .ok()
-            .flatten()
-            .flatten();
-        if let Some(r) = found.and_then(|b| codec::decode(&b).ok()) {
+        if let Some(r) = replayed(c, self.select, &id) {
             return r;
         }
         let inserted = c
@@ -251,6 +264,92 @@ impl FloorSqlite {
             c.prepare_cached(self.update)
                 .and_then(|mut s| s.execute(params![SCOPE, id, bytes]))
                 .ok();
+        }
+        r
+    }
+}
+
+/// The simplest client writing what SqliteStore writes: rerun's whole record (fence,
+/// fingerprint, holder, boot id, lease) into SqliteStore's own table and index, by an
+/// `INSERT .. ON CONFLICT DO NOTHING` and then the completion's `UPDATE` (each its own
+/// transaction); a repeated call is one `SELECT`. What it leaves out is how rerun claims: the
+/// read of the record and of the fence floor inside the claim's transaction, which makes the
+/// claim atomic against other processes and its fence larger than any deleted record's. The
+/// fingerprint and the times are bound as values of rerun's sizes, not computed.
+pub struct RecordSqlite {
+    conn: Mutex<Connection>,
+    holder: String,
+    boot_id: String,
+}
+
+impl RecordSqlite {
+    pub fn open(path: &Path) -> RecordSqlite {
+        let conn = connect_rerun_schema(path);
+        let holder = Holder::current();
+        RecordSqlite {
+            conn: Mutex::new(conn),
+            boot_id: holder.boot_id.to_string(),
+            holder: holder.encode(),
+        }
+    }
+
+    pub fn call(&self, n: u64) -> Receipt {
+        let id = Key::new(SCOPE, &n).id().to_owned();
+        let c = &*self.conn.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(r) = replayed(
+            c,
+            "SELECT result FROM rerun_records WHERE scope = ?1 AND id = ?2",
+            &id,
+        ) {
+            return r;
+        }
+        // Wall-clock milliseconds, and nanoseconds of the size a host's monotonic clock has.
+        let wall = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64);
+        let mono = wall.saturating_mul(1_000);
+        let inserted = c
+            .prepare_cached(
+                "INSERT INTO rerun_records (scope, id, status, fence, fingerprint, holder, once, \
+                 boot_id, lease_until, lease_wall, expires_mono, expires_wall, result, \
+                 changed_wall) \
+                 VALUES (?1, ?2, 'in_progress', 1, ?3, ?4, 0, ?5, ?6, ?7, 0, 0, NULL, ?8) \
+                 ON CONFLICT DO NOTHING",
+            )
+            .and_then(|mut s| {
+                s.execute(params![
+                    SCOPE,
+                    id,
+                    &[7u8; 32][..],
+                    self.holder,
+                    self.boot_id,
+                    mono + 30_000_000_000,
+                    wall + 30_000,
+                    wall
+                ])
+            })
+            .unwrap_or(0);
+        let r = receipt(n);
+        if inserted == 1 {
+            let bytes = codec::encode(&r).unwrap_or_default();
+            c.prepare_cached(
+                "UPDATE rerun_records SET status = 'completed', holder = NULL, boot_id = ?4, \
+                 expires_mono = ?5, expires_wall = ?6, result = ?7, changed_wall = ?8 \
+                 WHERE scope = ?1 AND id = ?2 AND fence = ?3 AND status = 'in_progress'",
+            )
+            .and_then(|mut s| {
+                s.execute(params![
+                    SCOPE,
+                    id,
+                    1i64,
+                    self.boot_id,
+                    mono + 86_400_000_000_000,
+                    wall + 86_400_000,
+                    bytes,
+                    wall
+                ])
+            })
+            .ok();
         }
         r
     }
