@@ -1,12 +1,11 @@
 //! Prints, from one run, rerun's throughput on the local stores against hand-written baselines
 //! doing the same work: a `Mutex<HashMap>` with the same key, fingerprint and result encoding,
-//! and raw rusqlite doing the same statements; for SQLite also the simplest client doing the
-//! simplest writes (`INSERT .. ON CONFLICT DO NOTHING` + `UPDATE`, a `SELECT` for a repeat) of a
-//! three-column row: the floor. For fresh calls two more floors: that client on a table that
-//! keeps an index of its open records, as rerun's does for `recover`; and that client writing
-//! rerun's whole record into rerun's own table and index (`RecordSqlite`: the same writes,
-//! without the reads that make rerun's claim atomic and its fence monotonic). Sequential and
-//! with 16 concurrent callers.
+//! and raw rusqlite doing the same statements; for SQLite also the floor, the simplest client
+//! (`INSERT .. ON CONFLICT DO NOTHING` + `UPDATE`, a `SELECT` for a repeat) on a three-column
+//! row. For fresh calls two more floors: that client on a table that keeps an index of its open
+//! records, as rerun's does for `recover`; and that client writing rerun's whole record into
+//! rerun's own table and index (`RecordSqlite`: the same writes, without the reads that make
+//! rerun's claim atomic and its fence monotonic). Sequential and with 16 concurrent callers.
 //!
 //! Each cell runs its sides in alternating rounds (`RERUN_BENCH_ROUNDS`, default 5, of
 //! `RERUN_BENCH_MS` each, default 600) and prints each side's median round, so that a stretch of
