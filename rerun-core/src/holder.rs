@@ -73,18 +73,24 @@ pub fn this_boot() -> &'static str {
     &process::current().boot_id
 }
 
+impl process::Process {
+    /// The holder of this generation's attempt `attempt`.
+    pub(crate) fn holder(&'static self, attempt: u64) -> Holder {
+        Holder {
+            host: Cow::Borrowed(self.host.as_str()),
+            boot_id: Cow::Borrowed(self.boot_id.as_str()),
+            pid_ns: self.pid_ns,
+            pid: self.pid,
+            start_time: self.start_time,
+            attempt,
+        }
+    }
+}
+
 impl Holder {
     /// A new attempt of this process (of this fork generation: a forked child is its own holder).
     pub fn current() -> Holder {
-        let p = process::current();
-        Holder {
-            host: Cow::Borrowed(p.host.as_str()),
-            boot_id: Cow::Borrowed(p.boot_id.as_str()),
-            pid_ns: p.pid_ns,
-            pid: p.pid,
-            start_time: p.start_time,
-            attempt: next_attempt(),
-        }
+        process::current().holder(next_attempt())
     }
 
     /// Whether this holder is this process.

@@ -349,11 +349,64 @@ pub fn decide(
     now: Now,
     boot_id: &str,
 ) -> Decision {
+    decide_on(record, req, now, boot_id)
+}
+
+/// What [`decide`] reads of a record: [`LocalRecord`] has it, and so does a store that keeps
+/// its records in a form of its own (the memory store's compact one).
+pub(crate) trait Current {
+    /// The record's state.
+    fn status(&self) -> Status;
+    /// The fence of its latest claim.
+    fn fence(&self) -> Fence;
+    /// The payload fingerprint of its latest claim.
+    fn fingerprint(&self) -> &Fingerprint;
+    /// Whether its latest claim was `once`.
+    fn once(&self) -> bool;
+    /// The holder of its latest claim, while it has one.
+    fn holder(&self) -> Option<Holder>;
+    /// [`LocalRecord::expired`].
+    fn expired(&self, now: Now, boot_id: &str) -> bool;
+    /// [`LocalRecord::lease_left`].
+    fn lease_left(&self, now: Now, boot_id: &str) -> Option<Duration>;
+}
+
+impl Current for LocalRecord {
+    fn status(&self) -> Status {
+        self.status
+    }
+    fn fence(&self) -> Fence {
+        self.fence
+    }
+    fn fingerprint(&self) -> &Fingerprint {
+        &self.fingerprint
+    }
+    fn once(&self) -> bool {
+        self.once
+    }
+    fn holder(&self) -> Option<Holder> {
+        self.holder.clone()
+    }
+    fn expired(&self, now: Now, boot_id: &str) -> bool {
+        LocalRecord::expired(self, now, boot_id)
+    }
+    fn lease_left(&self, now: Now, boot_id: &str) -> Option<Duration> {
+        LocalRecord::lease_left(self, now, boot_id)
+    }
+}
+
+/// [`decide`] on any record that tells what it reads.
+pub(crate) fn decide_on<R: Current + ?Sized>(
+    record: Option<&R>,
+    req: &ClaimRequest<'_>,
+    now: Now,
+    boot_id: &str,
+) -> Decision {
     let Some(r) = record else {
         return Decision::Claim { abandoned: None };
     };
-    let same = r.fingerprint == *req.fingerprint;
-    match r.status {
+    let same = *r.fingerprint() == *req.fingerprint;
+    match r.status() {
         Status::Released => Decision::Claim { abandoned: None },
         // A `once` body never runs twice on its own: its record is honoured while it exists.
         Status::Completed if !req.once && r.expired(now, boot_id) => {
@@ -363,20 +416,20 @@ pub fn decide(
         Status::Completed => Decision::Replay,
         Status::Unknown => Decision::Claim {
             abandoned: Some(Abandoned {
-                fence: r.fence,
-                holder: r.holder.clone(),
+                fence: r.fence(),
+                holder: r.holder(),
                 outcome_unknown: true,
             }),
         },
         Status::InProgress => match r.lease_left(now, boot_id) {
-            Some(left) if req.steal != Some(r.fence) => Decision::Busy {
+            Some(left) if req.steal != Some(r.fence()) => Decision::Busy {
                 lease_remaining: left,
             },
             _ => Decision::Claim {
                 abandoned: Some(Abandoned {
-                    fence: r.fence,
-                    holder: r.holder.clone(),
-                    outcome_unknown: r.once,
+                    fence: r.fence(),
+                    holder: r.holder(),
+                    outcome_unknown: r.once(),
                 }),
             },
         },

@@ -21,10 +21,13 @@ use crate::clock::{Clock, HostClock};
 use crate::error::Error;
 use crate::key::Key;
 use crate::record::{
-    decide, Busy, Claim, ClaimRequest, ClaimResponse, Decision, LocalRecord, RecordView, Replay,
-    Status,
+    decide_on, Busy, Claim, ClaimRequest, ClaimResponse, Current, Decision, RecordView, Replay,
 };
 use crate::store::{async_via_sync, decode_cursor, encode_cursor, ScanPage, Store};
+
+mod stored;
+
+use stored::Stored;
 
 /// An in-process store: fast, and gone when the process ends.
 ///
@@ -44,10 +47,11 @@ pub struct MemoryStore {
     inner: Arc<Inner>,
 }
 
-/// The records. Boxed, so that growing the map moves a key and a pointer per record rather than
-/// the whole record; hashed with a per-store random seed (foldhash's quality hasher), so keys a
-/// caller chooses cannot be made to collide.
-type Records = HashMap<Key, Box<LocalRecord>, foldhash::quality::RandomState>;
+/// The records. Boxed, so that the map's buckets (of which a map holds up to twice as many as
+/// records, just after it grows) are a key and a pointer, and growing it moves no record; hashed
+/// with a per-store random seed (foldhash's quality hasher), so keys a caller chooses cannot be
+/// made to collide.
+type Records = HashMap<Key, Box<Stored>, foldhash::quality::RandomState>;
 
 /// The store itself, shared by the clones of a [`MemoryStore`]. It is what a call hands the
 /// lease keeper ([`Store::shared`]): a counted reference, no allocation.
@@ -98,7 +102,7 @@ impl Inner {
     }
 
     /// Applies a fenced update to the claim's record.
-    fn fenced(&self, claim: &Claim, f: impl FnOnce(&mut LocalRecord)) -> Result<(), Error> {
+    fn fenced(&self, claim: &Claim, f: impl FnOnce(&mut Stored)) -> Result<(), Error> {
         let mut records = self.records();
         match records.get_mut(&claim.key) {
             Some(rec) if rec.held_by(claim) => {
@@ -173,13 +177,13 @@ impl Store for Inner {
         let mut records = self.records();
         let current = records.get(req.key).map(|r| &**r);
         let existed = current.is_some();
-        match decide(current, req, now, boot) {
+        match decide_on(current, req, now, boot) {
             Decision::Replay => {
                 let rec =
                     current.ok_or_else(|| Error::store_msg(Some(req.key), "record vanished"))?;
                 Ok(ClaimResponse::Replay(Replay {
-                    fence: rec.fence,
-                    result: rec.result.clone().unwrap_or_default(),
+                    fence: rec.fence(),
+                    result: rec.result(),
                 }))
             }
             Decision::Mismatch => Ok(ClaimResponse::Mismatch),
@@ -187,17 +191,14 @@ impl Store for Inner {
                 let rec =
                     current.ok_or_else(|| Error::store_msg(Some(req.key), "record vanished"))?;
                 Ok(ClaimResponse::Busy(Busy {
-                    fence: rec.fence,
-                    holder: rec
-                        .holder
-                        .clone()
-                        .unwrap_or_else(crate::holder::Holder::current),
+                    fence: rec.fence(),
+                    holder: rec.holder().unwrap_or_else(crate::holder::Holder::current),
                     lease_remaining,
                 }))
             }
             Decision::Claim { abandoned } => {
                 let fence = self.fences.fetch_add(1, Ordering::Relaxed) + 1;
-                let claimed = LocalRecord::claimed(req, fence, now);
+                let claimed = Stored::claimed(req, fence, now);
                 // A record that was there is overwritten in place (no allocation); a new key
                 // is hashed once more, by the insert.
                 let slot = if existed {
@@ -220,19 +221,12 @@ impl Store for Inner {
 
     fn complete(&self, claim: &Claim, result: &[u8], ttl: Duration) -> Result<(), Error> {
         let now = self.clock.now();
-        self.fenced(claim, |rec| {
-            rec.complete(result, ttl, now);
-            rec.holder = None;
-        })
+        self.fenced(claim, |rec| rec.complete(result, ttl, now))
     }
 
     fn release(&self, claim: &Claim) -> Result<(), Error> {
         let now = self.clock.now();
-        self.fenced(claim, |rec| {
-            rec.status = Status::Released;
-            rec.holder = None;
-            rec.changed_wall_ms = now.wall_ms;
-        })
+        self.fenced(claim, |rec| rec.release(now))
     }
 
     fn renew(&self, claim: &Claim, lease: Duration) -> Result<(), Error> {
@@ -242,10 +236,7 @@ impl Store for Inner {
 
     fn mark_unknown(&self, claim: &Claim) -> Result<(), Error> {
         let now = self.clock.now();
-        self.fenced(claim, |rec| {
-            rec.status = Status::Unknown;
-            rec.changed_wall_ms = now.wall_ms;
-        })
+        self.fenced(claim, |rec| rec.mark_unknown(now))
     }
 
     fn forget(&self, key: &Key) -> Result<bool, Error> {
@@ -256,7 +247,7 @@ impl Store for Inner {
 
     fn forget_if(&self, key: &Key, fence: crate::record::Fence) -> Result<bool, Error> {
         let mut records = self.records();
-        if records.get(key).is_some_and(|r| r.fence == fence) {
+        if records.get(key).is_some_and(|r| r.fence() == fence) {
             records.remove(key);
             return Ok(true);
         }
@@ -265,10 +256,7 @@ impl Store for Inner {
 
     fn inspect(&self, key: &Key) -> Result<Option<RecordView>, Error> {
         let now = self.clock.now();
-        Ok(self
-            .records()
-            .get(key)
-            .map(|r| r.view(key, now, crate::holder::this_boot())))
+        Ok(self.records().get(key).map(|r| r.view(key, now)))
     }
 
     fn scan(&self, cursor: Option<&str>, limit: usize) -> Result<ScanPage, Error> {
@@ -290,11 +278,7 @@ impl Store for Inner {
         Ok(ScanPage {
             records: keys
                 .into_iter()
-                .filter_map(|k| {
-                    records
-                        .get(k)
-                        .map(|r| r.view(k, now, crate::holder::this_boot()))
-                })
+                .filter_map(|k| records.get(k).map(|r| r.view(k, now)))
                 .collect(),
             next,
         })
@@ -302,11 +286,10 @@ impl Store for Inner {
 
     fn purge_expired(&self, limit: usize) -> Result<u64, Error> {
         let now = self.clock.now();
-        let boot = crate::holder::this_boot();
         let mut records = self.records();
         let expired: Vec<Key> = records
             .iter()
-            .filter(|(_, r)| r.status == Status::Completed && r.expired(now, boot))
+            .filter(|(_, r)| r.completed_and_expired(now))
             .map(|(k, _)| k.clone())
             .take(limit)
             .collect();
