@@ -94,8 +94,8 @@ impl MemoryStore {
 
 impl Inner {
     fn records(&self) -> MutexGuard<'_, Records> {
-        // A panic while the lock is held cannot leave a record half-written (every update is a
-        // single assignment), so a poisoned lock is still consistent.
+        // A panic while the lock is held cannot leave a record half-written (nothing between an
+        // update's assignments can unwind), so a poisoned lock is still consistent.
         self.records
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
