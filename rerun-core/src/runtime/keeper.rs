@@ -14,8 +14,8 @@
 //! panics. The keeper keeps going.
 //!
 //! While a claim is watched, the keeper knows until when its lease is surely held: the start of
-//! the last renewal the store confirmed, plus the lease (the store extended it from a moment at
-//! or after that). When that moment passes without a newer confirmation, the claim may be taken
+//! the last renewal the store confirmed (before the first, the moment the claim was sent), plus
+//! the lease (the store extended or granted it from a moment at or after that). When that moment passes without a newer confirmation, the claim may be taken
 //! over: the keeper says so in a `warn` event at once, and the holder learns it when it settles
 //! (its completion then reports [`Error::LeaseLost`] unless the store still accepts it).
 //!
@@ -169,15 +169,19 @@ impl Keeper {
         }
     }
 
-    /// Starts renewing `claim` until [`Keeper::unwatch`].
+    /// Starts renewing `claim` until [`Keeper::unwatch`]. `sent` is a moment before the claim
+    /// was sent: the store granted the lease after it, so the lease surely runs until `sent`
+    /// plus the lease, and the first renewal is due a third of the lease after it. A claim whose
+    /// answer was slow in coming is renewed that much sooner (at once, if a third of its lease
+    /// went by before the answer), rather than a third of the lease after the answer.
     pub(crate) fn watch(
         &'static self,
         store: Arc<dyn Store>,
         claim: Claim,
         lease: Duration,
+        sent: Instant,
     ) -> u64 {
-        let now = Instant::now();
-        let next = later(now, renew_interval(lease));
+        let next = later(sent, renew_interval(lease));
         let mut state = self.lock();
         state.next_id += 1;
         let id = state.next_id;
@@ -188,8 +192,7 @@ impl Keeper {
                 claim,
                 lease,
                 next,
-                // The claim was granted after this moment, so its lease surely runs until then.
-                safe_until: later(now, lease),
+                safe_until: later(sent, lease),
                 in_flight: false,
                 lapsed: false,
                 lost: false,
@@ -606,12 +609,45 @@ mod tests {
     }
 
     #[test]
+    fn a_claim_answered_late_is_renewed_at_once() {
+        // The claim was sent 6 s ago and answered only now: two thirds of its 9 s lease are
+        // gone, so its renewal is overdue. (Were the first renewal counted from the answer, it
+        // would come 3 s from now.)
+        let lease = Duration::from_secs(9);
+        let Some(sent) = Instant::now().checked_sub(Duration::from_secs(6)) else {
+            eprintln!("skipped: this monotonic clock is younger than 6 s");
+            return;
+        };
+        let clock = crate::clock::ManualClock::new();
+        let store = MemoryStore::with_clock(clock.clone());
+        let c = claim(&store, "answered late", lease);
+        // On the store's clock the lease has run out: only a renewal makes it live again.
+        clock.advance(lease * 2);
+        let id = keeper().watch(Arc::new(store.clone()), c.clone(), lease, sent);
+        let until = Instant::now() + Duration::from_secs(2);
+        let renewed = || {
+            store
+                .inspect(&c.key)
+                .ok()
+                .flatten()
+                .and_then(|v| v.lease_remaining)
+                .is_some()
+        };
+        while !renewed() && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(renewed(), "renewed within 2 s of the late answer");
+        keeper().unwatch(id);
+    }
+
+    #[test]
     fn renewals_run_and_settling_reports_a_held_lease() {
         let store = MemoryStore::new();
         // A lease long enough that a loaded machine still renews it in time.
         let lease = Duration::from_secs(1);
+        let sent = Instant::now();
         let c = claim(&store, "renewed", lease);
-        let id = keeper().watch(Arc::new(store.clone()), c.clone(), lease);
+        let id = keeper().watch(Arc::new(store.clone()), c.clone(), lease, sent);
         std::thread::sleep(lease * 5 / 2);
         let view = store.inspect(&c.key).ok().flatten();
         assert!(view.and_then(|v| v.lease_remaining).is_some(), "renewed");

@@ -216,8 +216,14 @@ struct Held {
 }
 
 impl Held {
-    fn new(store: Arc<dyn Store>, claim: Claim, lease: Duration, in_background: bool) -> Held {
-        let watch = Some(keeper().watch(store.clone(), claim.clone(), lease));
+    fn new(
+        store: Arc<dyn Store>,
+        claim: Claim,
+        lease: Duration,
+        sent: Instant,
+        in_background: bool,
+    ) -> Held {
+        let watch = Some(keeper().watch(store.clone(), claim.clone(), lease, sent));
         Held {
             store,
             claim,
@@ -428,13 +434,15 @@ where
     };
     let kind = backend.kind();
     let mut waited = false;
-    let claim = loop {
+    let (claim, sent) = loop {
         let request = attempt.request();
+        // The lease is granted after this moment; the keeper counts it from here.
+        let sent = Instant::now();
         let response = telemetry::store_op(kind, "claim", backend.claim(&request))
             .await
             .inspect_err(|e| report.verdict = Verdict::of(e))?;
         match attempt.step::<T>(response) {
-            Step::Claimed(claim) => break claim,
+            Step::Claimed(claim) => break (claim, sent),
             Step::Done(result) => {
                 match &result {
                     Ok(o) => {
@@ -483,6 +491,7 @@ where
         backend.shared(),
         claim,
         options.lease_duration(),
+        sent,
         B::GIVE_BACK_IN_BACKGROUND,
     );
     checkpoint::hit(Point::Claimed);
