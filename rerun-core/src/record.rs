@@ -11,8 +11,9 @@
 //! ```
 //!
 //! [`decide`] is the transition function for a claim. The local stores (memory, SQLite) call it
-//! directly; the network stores implement the same table in one SQL statement or Lua script, and
-//! the conformance suite holds them all to it.
+//! directly (the memory store on a compact record of its own, through the same function); the
+//! network stores implement the same table in one SQL statement or Lua script, and the
+//! conformance suite holds them all to it.
 
 use std::borrow::Cow;
 use std::time::Duration;

@@ -13,11 +13,12 @@
 //! A store call that panics (a store a user wrote, say) is caught and logged; so is a waker that
 //! panics. The keeper keeps going.
 //!
-//! While a claim is watched, the keeper knows until when its lease is surely held: the start of
-//! the last renewal the store confirmed (before the first, the moment the claim was sent), plus
-//! the lease (the store extended or granted it from a moment at or after that). When that moment passes without a newer confirmation, the claim may be taken
-//! over: the keeper says so in a `warn` event at once, and the holder learns it when it settles
-//! (its completion then reports [`Error::LeaseLost`] unless the store still accepts it).
+//! While a claim is watched, the keeper knows until when its lease is surely held: the start of the
+//! last renewal the store confirmed (before the first, the moment the claim was sent), plus the
+//! lease (the store extended or granted it from a moment at or after that). When that moment passes
+//! without a newer confirmation, the claim may be taken over: the keeper says so in a `warn` event
+//! at once, and the holder learns it when it settles (its completion then reports
+//! [`Error::LeaseLost`] unless the store still accepts it).
 //!
 //! A body shorter than a third of its lease never causes a renewal: registering a claim is a map
 //! insert under a mutex, and the scheduler is only woken when a new deadline is earlier than the
