@@ -127,15 +127,20 @@ impl Stored {
             .unwrap_or_default()
     }
 
+    /// The time left at `now` until the record's deadline (its lease's end or its expiry);
+    /// `None` once it passed.
+    fn left(&self, now: Now) -> Option<Duration> {
+        (now.mono_ns < self.until_ns).then(|| Duration::from_nanos(self.until_ns - now.mono_ns))
+    }
+
     /// Whether the record is completed and expired at `now`.
     pub(super) fn completed_and_expired(&self, now: Now) -> bool {
-        self.status == Status::Completed && now.mono_ns >= self.until_ns
+        self.status == Status::Completed && self.left(now).is_none()
     }
 
     /// The record as a [`RecordView`].
     pub(super) fn view(&self, key: &Key, now: Now) -> RecordView {
-        let left = (now.mono_ns < self.until_ns)
-            .then(|| Duration::from_nanos(self.until_ns - now.mono_ns));
+        let left = self.left(now);
         RecordView {
             key: key.clone(),
             status: self.status,
@@ -174,10 +179,10 @@ impl Current for Stored {
         self.holder.get()
     }
     fn expired(&self, now: Now, _boot_id: &str) -> bool {
-        now.mono_ns >= self.until_ns
+        self.left(now).is_none()
     }
     fn lease_left(&self, now: Now, _boot_id: &str) -> Option<Duration> {
-        (now.mono_ns < self.until_ns).then(|| Duration::from_nanos(self.until_ns - now.mono_ns))
+        self.left(now)
     }
 }
 
