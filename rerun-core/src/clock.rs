@@ -75,18 +75,33 @@ impl ManualClock {
             inner: Arc::new((AtomicU64::new(now.mono_ns), AtomicI64::new(now.wall_ms))),
         }
     }
-    /// Moves both readings forward.
+    /// Moves both readings forward, stopping at the largest reading each can hold (so
+    /// `advance(Duration::MAX)` moves past every deadline, and the clock never goes back).
     pub fn advance(&self, by: Duration) {
-        self.inner
+        let (ns, ms) = (nanos(by), millis(by));
+        // The closures always return `Some`, so neither update can fail.
+        let _ = self
+            .inner
             .0
-            .fetch_add(by.as_nanos() as u64, Ordering::SeqCst);
-        self.inner
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |t| {
+                Some(t.saturating_add(ns))
+            });
+        let _ = self
+            .inner
             .1
-            .fetch_add(by.as_millis() as i64, Ordering::SeqCst);
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |t| {
+                Some(t.saturating_add(ms))
+            });
     }
-    /// Moves only the wall clock (a caller's clock jumping), which local stores must ignore.
+    /// Moves only the wall clock (a caller's clock jumping), which local stores must ignore;
+    /// saturating at either end of the `i64` range.
     pub fn skew_wall(&self, by_ms: i64) {
-        self.inner.1.fetch_add(by_ms, Ordering::SeqCst);
+        let _ = self
+            .inner
+            .1
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |t| {
+                Some(t.saturating_add(by_ms))
+            });
     }
 }
 
@@ -113,4 +128,54 @@ pub(crate) fn nanos(d: Duration) -> u64 {
 /// Milliseconds of a duration, saturating.
 pub(crate) fn millis(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// The wall-clock time from `from` to `to` (milliseconds since the epoch); zero when `to` is not
+/// later. Exact over the whole `i64` range: a record read from a file may hold any value, and a
+/// test clock may read before the epoch.
+pub(crate) fn wall_span(from: i64, to: i64) -> Duration {
+    if to > from {
+        Duration::from_millis(to.abs_diff(from))
+    } else {
+        Duration::ZERO
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_manual_clock_saturates_and_never_goes_back() {
+        let clock = ManualClock::new();
+        let start = clock.now();
+        clock.advance(Duration::MAX);
+        let end = clock.now();
+        assert_eq!(
+            end,
+            Now {
+                mono_ns: u64::MAX,
+                wall_ms: i64::MAX
+            }
+        );
+        clock.advance(Duration::from_secs(1));
+        assert_eq!(clock.now(), end);
+        assert!(end.mono_ns > start.mono_ns);
+        clock.skew_wall(i64::MIN);
+        clock.skew_wall(i64::MIN);
+        assert_eq!(clock.now().wall_ms, i64::MIN);
+        clock.skew_wall(i64::MAX);
+        assert_eq!(clock.now().wall_ms, -1);
+    }
+
+    #[test]
+    fn wall_spans_are_exact_at_the_ends_of_the_range() {
+        assert_eq!(
+            wall_span(i64::MIN, i64::MAX),
+            Duration::from_millis(u64::MAX)
+        );
+        assert_eq!(wall_span(-1, 1), Duration::from_millis(2));
+        assert_eq!(wall_span(5, 5), Duration::ZERO);
+        assert_eq!(wall_span(i64::MAX, i64::MIN), Duration::ZERO);
+    }
 }

@@ -18,7 +18,7 @@
 use std::borrow::Cow;
 use std::time::Duration;
 
-use crate::clock::{millis, nanos, Now};
+use crate::clock::{millis, nanos, wall_span, Now};
 use crate::fingerprint::Fingerprint;
 use crate::holder::Holder;
 use crate::key::Key;
@@ -253,11 +253,8 @@ impl LocalRecord {
             return (now.mono_ns < self.lease_until_ns)
                 .then(|| Duration::from_nanos(self.lease_until_ns - now.mono_ns));
         }
-        (now.wall_ms < self.lease_until_wall_ms).then(|| {
-            Duration::from_millis(
-                u64::try_from(self.lease_until_wall_ms - now.wall_ms).unwrap_or(0),
-            )
-        })
+        (now.wall_ms < self.lease_until_wall_ms)
+            .then(|| wall_span(now.wall_ms, self.lease_until_wall_ms))
     }
 
     /// An in-progress record for a new claim.
@@ -318,19 +315,13 @@ impl LocalRecord {
                     Some(if *self.boot_id == *boot_id {
                         Duration::from_nanos(self.expires_mono_ns - now.mono_ns)
                     } else {
-                        Duration::from_millis(
-                            u64::try_from(self.expires_wall_ms - now.wall_ms).unwrap_or(0),
-                        )
+                        wall_span(now.wall_ms, self.expires_wall_ms)
                     })
                 }
                 _ => None,
             },
             result: self.result.clone(),
-            age: (self.changed_wall_ms > 0).then(|| {
-                Duration::from_millis(
-                    u64::try_from(now.wall_ms - self.changed_wall_ms).unwrap_or(0),
-                )
-            }),
+            age: (self.changed_wall_ms > 0).then(|| wall_span(self.changed_wall_ms, now.wall_ms)),
         }
     }
 }
@@ -539,5 +530,39 @@ mod tests {
                 })
             }
         ));
+    }
+
+    proptest::proptest! {
+        /// A record read back from a file may hold any wall-clock value, and a test clock may
+        /// read before the epoch: the lease, the expiry and the age a reader of another boot
+        /// works out are the exact spans, never an overflow.
+        #[test]
+        fn wall_clock_spans_are_exact_over_the_whole_range(
+            stored: i64,
+            now_ms: i64,
+        ) {
+            let exact = |from: i64, to: i64| {
+                let ms = (i128::from(to) - i128::from(from)).max(0);
+                Duration::from_millis(u64::try_from(ms).unwrap_or(u64::MAX))
+            };
+            let key = Key::new("s", "k");
+            let fp = Fingerprint::of(&1).unwrap();
+            let h = Holder::current();
+            let mut rec = LocalRecord::claimed(&req(&key, &fp, &h), 1, now(0));
+            rec.boot_id = Cow::Borrowed("another boot");
+            rec.lease_until_wall_ms = stored;
+            rec.changed_wall_ms = stored;
+            let at = Now { mono_ns: 0, wall_ms: now_ms };
+            let lease = (now_ms < stored).then(|| exact(now_ms, stored));
+            proptest::prop_assert_eq!(rec.lease_left(at, "this boot"), lease);
+            let view = rec.view(&key, at, "this boot");
+            proptest::prop_assert_eq!(view.lease_remaining, lease);
+            proptest::prop_assert_eq!(view.age, (stored > 0).then(|| exact(stored, now_ms)));
+
+            rec.status = Status::Completed;
+            rec.expires_wall_ms = stored;
+            let view = rec.view(&key, at, "this boot");
+            proptest::prop_assert_eq!(view.expires_in, (now_ms < stored).then(|| exact(now_ms, stored)));
+        }
     }
 }

@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use crate::clock::{nanos, Now};
+use crate::clock::{nanos, wall_span, Now};
 use crate::fingerprint::Fingerprint;
 use crate::holder::Holder;
 use crate::key::Key;
@@ -151,11 +151,7 @@ impl Stored {
             lease_remaining: left.filter(|_| self.status == Status::InProgress),
             expires_in: left.filter(|_| self.status == Status::Completed),
             result: self.result.as_deref().map(<[u8]>::to_vec),
-            age: (self.changed_wall_ms > 0).then(|| {
-                Duration::from_millis(
-                    u64::try_from(now.wall_ms - self.changed_wall_ms).unwrap_or(0),
-                )
-            }),
+            age: (self.changed_wall_ms > 0).then(|| wall_span(self.changed_wall_ms, now.wall_ms)),
         }
     }
 }
