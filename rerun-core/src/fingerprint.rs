@@ -86,7 +86,8 @@ impl Fingerprint {
     /// ```
     pub fn of<P: Serialize + ?Sized>(payload: &P) -> Result<Fingerprint, FingerprintError> {
         let mut hasher = HashSink::new();
-        payload.serialize(Canonical::top(&mut hasher))?;
+        let mut scratch = Scratch::new();
+        payload.serialize(Canonical::top(&mut hasher, &mut scratch))?;
         Ok(Fingerprint(hasher.finish()))
     }
 
@@ -142,7 +143,7 @@ pub fn canonical_encode<P: Serialize + ?Sized>(
     value: &P,
     out: &mut Vec<u8>,
 ) -> Result<(), FingerprintError> {
-    value.serialize(Canonical::top(out))
+    value.serialize(Canonical::top(out, &mut Scratch::new()))
 }
 
 /// The fingerprint of a tuple built one element at a time: the same bytes as serializing the
@@ -163,6 +164,7 @@ impl TupleFingerprint {
     pub(crate) fn element<T: Serialize + ?Sized>(&mut self, value: &T) -> Res {
         value.serialize(Canonical {
             out: &mut self.out,
+            scratch: &mut Scratch::new(),
             depth: 1,
         })
     }
@@ -208,11 +210,16 @@ const INLINE: usize = 32;
 /// Where an encoding goes: the hasher, a map key's scratch buffer, or a map value's digest.
 trait Sink {
     fn put(&mut self, bytes: &[u8]);
-    /// Puts `buf[..len]`: an integer, in a fixed-size buffer that a sink can copy whole.
-    fn put_prefix(&mut self, buf: &[u8; 17], len: usize) {
-        self.put(&buf[..len]);
+    /// Puts `buf[..len]`: a tag and a number, in a fixed-size buffer that a sink can copy
+    /// whole (most parts are a few bytes long, and a copy of fixed size needs no call to
+    /// `memcpy`).
+    fn put_prefix(&mut self, buf: &[u8; PREFIX], len: usize) {
+        self.put(&buf[..len.min(PREFIX)]);
     }
 }
+
+/// The longest tag and number: a tag and a `u128` in LEB128 (19 bytes).
+const PREFIX: usize = 20;
 
 impl Sink for Vec<u8> {
     fn put(&mut self, bytes: &[u8]) {
@@ -223,6 +230,11 @@ impl Sink for Vec<u8> {
 impl Sink for MapKeys {
     fn put(&mut self, bytes: &[u8]) {
         self.extend_from_slice(bytes);
+    }
+    fn put_prefix(&mut self, buf: &[u8; PREFIX], len: usize) {
+        for &b in &buf[..len.min(PREFIX)] {
+            self.push(b);
+        }
     }
 }
 
@@ -267,15 +279,15 @@ impl Sink for HashSink {
         self.len += bytes.len();
     }
 
-    fn put_prefix(&mut self, buf: &[u8; 17], len: usize) {
+    fn put_prefix(&mut self, buf: &[u8; PREFIX], len: usize) {
         // Most payload bytes are small integers: a copy of fixed size, without a call to
         // `memcpy`, is what makes a long `Vec<u8>` fast.
-        match self.buf.get_mut(self.len..self.len + 17) {
+        match self.buf.get_mut(self.len..self.len + PREFIX) {
             Some(room) => {
                 room.copy_from_slice(buf);
-                self.len += len.min(17);
+                self.len += len.min(PREFIX);
             }
-            None => self.put(&buf[..len.min(17)]),
+            None => self.put(&buf[..len.min(PREFIX)]),
         }
     }
 }
@@ -283,7 +295,9 @@ impl Sink for HashSink {
 /// A map value's digest being written: its encoding is kept while it fits [`INLINE`] bytes,
 /// then streamed into a hasher.
 struct Digesting<'a> {
-    inline: [u8; INLINE],
+    /// The encoding so far in its first [`INLINE`] bytes; room behind them for a prefix
+    /// copied whole.
+    inline: [u8; INLINE + PREFIX],
     len: usize,
     /// The map's hasher, reused from value to value; taken once the value outgrows `inline`.
     hasher: &'a mut Option<Box<HashSink>>,
@@ -307,7 +321,7 @@ impl ValueDigest {
 impl<'a> Digesting<'a> {
     fn new(hasher: &'a mut Option<Box<HashSink>>) -> Digesting<'a> {
         Digesting {
-            inline: [0; INLINE],
+            inline: [0; INLINE + PREFIX],
             len: 0,
             hasher,
             hashing: false,
@@ -326,7 +340,10 @@ impl<'a> Digesting<'a> {
                 bytes[0] = INLINE_VALUE;
                 // At most INLINE (32) bytes: fits a byte.
                 bytes[1] = self.len as u8;
-                bytes[2..2 + self.len].copy_from_slice(&self.inline[..self.len]);
+                // Copied whole (a fixed size, no call to `memcpy`); the digest is its first
+                // `2 + len` bytes.
+                let (inline, _) = self.inline.split_at(INLINE);
+                bytes[2..].copy_from_slice(inline);
                 ValueDigest {
                     bytes,
                     len: 2 + self.len as u8,
@@ -337,6 +354,17 @@ impl<'a> Digesting<'a> {
 }
 
 impl Sink for Digesting<'_> {
+    fn put_prefix(&mut self, buf: &[u8; PREFIX], len: usize) {
+        let len = len.min(PREFIX);
+        if !self.hashing && self.len + len <= INLINE {
+            if let Some(room) = self.inline.get_mut(self.len..self.len + PREFIX) {
+                room.copy_from_slice(buf);
+                self.len += len;
+                return;
+            }
+        }
+        self.put(&buf[..len]);
+    }
     fn put(&mut self, bytes: &[u8]) {
         if !self.hashing {
             if self.len + bytes.len() <= INLINE {
@@ -356,7 +384,7 @@ impl Sink for Digesting<'_> {
 
 /// `tag`, then `v` in LEB128: 7 bits a byte, low first, the high bit set on all but the last.
 fn put_varint(out: &mut dyn Sink, tag: u8, mut v: u128) {
-    let mut buf = [0u8; 20];
+    let mut buf = [0u8; PREFIX];
     buf[0] = tag;
     let mut n = 1;
     loop {
@@ -370,17 +398,17 @@ fn put_varint(out: &mut dyn Sink, tag: u8, mut v: u128) {
         buf[n] = low | 0x80;
         n += 1;
     }
-    out.put(&buf[..n]);
+    out.put_prefix(&buf, n);
 }
 
 /// `tag + n`, then the `n` significant bytes of `magnitude` (without its high zero bytes),
 /// little endian: one byte for 0, two up to 255, three up to 65535, …
 fn put_magnitude(out: &mut dyn Sink, tag: u8, magnitude: u128) {
     let n = 16 - (magnitude.leading_zeros() / 8) as usize;
-    let mut buf = [0u8; 17];
+    let mut buf = [0u8; PREFIX];
     // At most 16, so the tag stays within its 17 values.
     buf[0] = tag + n as u8;
-    buf[1..].copy_from_slice(&magnitude.to_le_bytes());
+    buf[1..17].copy_from_slice(&magnitude.to_le_bytes());
     out.put_prefix(&buf, 1 + n);
 }
 
@@ -404,14 +432,20 @@ fn put_str(out: &mut dyn Sink, tag: u8, s: &[u8]) {
 
 struct Canonical<'a> {
     out: &'a mut dyn Sink,
+    /// The keys and entries of the maps this value is inside, and room for its own.
+    scratch: &'a mut Scratch,
     /// How many options, newtypes, lists, maps, structs and variants this value is inside.
     depth: usize,
 }
 
 impl<'a> Canonical<'a> {
     /// The serializer of a whole payload.
-    fn top(out: &'a mut dyn Sink) -> Canonical<'a> {
-        Canonical { out, depth: 0 }
+    fn top(out: &'a mut dyn Sink, scratch: &'a mut Scratch) -> Canonical<'a> {
+        Canonical {
+            out,
+            scratch,
+            depth: 0,
+        }
     }
 
     /// The depth of a value inside this one; an error past [`MAX_DEPTH`].
@@ -429,6 +463,7 @@ impl<'a> Canonical<'a> {
         let depth = self.inner_depth()?;
         Ok(Canonical {
             out: self.out,
+            scratch: self.scratch,
             depth,
         })
     }
@@ -549,6 +584,7 @@ impl<'a> ser::Serializer for Canonical<'a> {
         self.out.put(&[SEQ]);
         Ok(Seq {
             out: self.out,
+            scratch: self.scratch,
             depth,
         })
     }
@@ -574,7 +610,7 @@ impl<'a> ser::Serializer for Canonical<'a> {
     }
     fn serialize_map(self, _len: Option<usize>) -> Result<Map<'a>, FingerprintError> {
         let depth = self.inner_depth()?;
-        Ok(Map::new(self.out, depth))
+        Ok(Map::new(self.out, self.scratch, depth))
     }
     fn serialize_struct(self, _n: &'static str, len: usize) -> Result<Map<'a>, FingerprintError> {
         self.serialize_map(Some(len))
@@ -593,6 +629,7 @@ impl<'a> ser::Serializer for Canonical<'a> {
 
 struct Seq<'a> {
     out: &'a mut dyn Sink,
+    scratch: &'a mut Scratch,
     /// The depth of its elements.
     depth: usize,
 }
@@ -601,6 +638,7 @@ impl Seq<'_> {
     fn element<T: Serialize + ?Sized>(&mut self, value: &T) -> Res {
         value.serialize(Canonical {
             out: self.out,
+            scratch: self.scratch,
             depth: self.depth,
         })
     }
@@ -651,20 +689,43 @@ impl ser::SerializeTupleVariant for Seq<'_> {
     }
 }
 
-/// How many entries, and how many bytes of encoded keys, a map or struct holds without
-/// allocating: a struct of a few fields is fingerprinted on the stack alone.
-const MAP_INLINE_ENTRIES: usize = 8;
-type MapKeys = SmallVec<[u8; 96]>;
+/// How many entries, and how many bytes of encoded keys, the maps and structs of one payload
+/// hold between them without allocating: a struct of a few fields is fingerprinted on the stack
+/// alone.
+const SCRATCH_ENTRIES: usize = 16;
+type MapKeys = SmallVec<[u8; 256]>;
+
+/// One map entry: where its key lies in [`Scratch::keys`], and its value's digest.
+type Entry = (usize, usize, ValueDigest);
+
+/// The keys and entries of every map being serialized, one above another. A map's own lie above
+/// the heights it found when it began; a map inside one of its values puts its own above them
+/// and takes them off again before the value's digest is entered. So a map is a few words,
+/// cheap to return and to move, however many entries it holds.
+struct Scratch {
+    keys: MapKeys,
+    entries: SmallVec<[Entry; SCRATCH_ENTRIES]>,
+}
+
+impl Scratch {
+    fn new() -> Scratch {
+        Scratch {
+            keys: MapKeys::new(),
+            entries: SmallVec::new(),
+        }
+    }
+}
 
 /// Maps and structs: the order of entries must not matter, so they are sorted before they are
-/// written. Keys are encoded into one scratch buffer; each value is reduced to its digest as it
-/// is serialized (see [`Digesting`]), so a map holds its keys and a few bytes per entry, never
-/// its values.
+/// written. Keys are encoded into the scratch; each value is reduced to its digest as it is
+/// serialized (see [`Digesting`]), so a map holds its keys and a few bytes per entry, never its
+/// values.
 struct Map<'a> {
     out: &'a mut dyn Sink,
-    keys: MapKeys,
-    /// Per entry: where its key lies in `keys`, and its value's digest.
-    entries: SmallVec<[(usize, usize, ValueDigest); MAP_INLINE_ENTRIES]>,
+    scratch: &'a mut Scratch,
+    /// Where this map's keys and entries begin in the scratch.
+    keys_from: usize,
+    entries_from: usize,
     pending_key: Option<(usize, usize)>,
     /// The hasher of values too long to write as they are, reused from one to the next.
     hasher: Option<Box<HashSink>>,
@@ -673,52 +734,62 @@ struct Map<'a> {
 }
 
 impl<'a> Map<'a> {
-    fn new(out: &'a mut dyn Sink, depth: usize) -> Map<'a> {
+    fn new(out: &'a mut dyn Sink, scratch: &'a mut Scratch, depth: usize) -> Map<'a> {
         Map {
             out,
+            keys_from: scratch.keys.len(),
+            entries_from: scratch.entries.len(),
+            scratch,
             depth,
-            keys: MapKeys::new(),
-            entries: SmallVec::new(),
             pending_key: None,
             hasher: None,
         }
     }
 
     fn value<T: Serialize + ?Sized>(&mut self, key: (usize, usize), value: &T) -> Res {
+        let (keys, entries) = (self.scratch.keys.len(), self.scratch.entries.len());
         let mut digest = Digesting::new(&mut self.hasher);
         value.serialize(Canonical {
             out: &mut digest,
+            scratch: &mut *self.scratch,
             depth: self.depth,
         })?;
         let digest = digest.finish();
-        self.entries.push((key.0, key.1, digest));
+        // Whatever the value's maps left (none, unless a `Serialize` impl dropped a map it
+        // began) is not this map's.
+        self.scratch.keys.truncate(keys);
+        self.scratch.entries.truncate(entries);
+        self.scratch.entries.push((key.0, key.1, digest));
         Ok(())
     }
 
     fn field<T: Serialize + ?Sized>(&mut self, name: &'static str, value: &T) -> Res {
-        let start = self.keys.len();
-        put_str(&mut self.keys, STR, name.as_bytes());
-        self.value((start, self.keys.len()), value)
+        let start = self.scratch.keys.len();
+        put_str(&mut self.scratch.keys, STR, name.as_bytes());
+        self.value((start, self.scratch.keys.len()), value)
     }
 
-    fn finish(mut self) -> Res {
+    fn finish(self) -> Res {
         if self.pending_key.is_some() {
             return Err(FingerprintError(
                 "map key serialized without its value".into(),
             ));
         }
-        let keys = &self.keys;
-        self.entries.sort_unstable_by(|a, b| {
+        let Scratch { keys, entries } = &mut *self.scratch;
+        let own = entries.get_mut(self.entries_from..).unwrap_or_default();
+        own.sort_unstable_by(|a, b| {
             keys[a.0..a.1]
                 .cmp(&keys[b.0..b.1])
                 .then_with(|| a.2.as_bytes().cmp(b.2.as_bytes()))
         });
         self.out.put(&[MAP]);
-        for (start, end, digest) in &self.entries {
+        for (start, end, digest) in own.iter() {
             self.out.put(&keys[*start..*end]);
             self.out.put(digest.as_bytes());
         }
         self.out.put(&[MAP_END]);
+        keys.truncate(self.keys_from);
+        entries.truncate(self.entries_from);
         Ok(())
     }
 }
@@ -727,12 +798,15 @@ impl ser::SerializeMap for Map<'_> {
     type Ok = ();
     type Error = FingerprintError;
     fn serialize_key<T: Serialize + ?Sized>(&mut self, key: &T) -> Res {
-        let start = self.keys.len();
+        let start = self.scratch.keys.len();
+        // The key is written into the scratch's keys, so a map inside the key (a struct used
+        // as a key) keeps its own entries in a scratch of its own.
         key.serialize(Canonical {
-            out: &mut self.keys,
+            out: &mut self.scratch.keys,
+            scratch: &mut Scratch::new(),
             depth: self.depth,
         })?;
-        self.pending_key = Some((start, self.keys.len()));
+        self.pending_key = Some((start, self.scratch.keys.len()));
         Ok(())
     }
     fn serialize_value<T: Serialize + ?Sized>(&mut self, value: &T) -> Res {
@@ -1117,6 +1191,39 @@ mod tests {
         assert_eq!(
             Fingerprint::of(&BTreeMap::from([(1, Fails)])),
             Err(FingerprintError("no".into()))
+        );
+    }
+
+    /// Maps inside maps, a struct as a key, values written whole and values hashed: the
+    /// fingerprint is pinned, so keeping the maps' entries in one scratch for the whole payload
+    /// (rather than in each map) changed no byte of the encoding.
+    #[test]
+    fn nested_maps_and_struct_keys_are_pinned() {
+        #[derive(Serialize, PartialEq, Eq, PartialOrd, Ord)]
+        struct Part {
+            n: u8,
+            name: &'static str,
+        }
+        #[derive(Serialize)]
+        struct Nested {
+            id: u64,
+            parts: BTreeMap<Part, Vec<u8>>,
+            inner: Option<BTreeMap<&'static str, (i64, String)>>,
+        }
+        let mut parts = BTreeMap::new();
+        parts.insert(Part { n: 2, name: "b" }, vec![7u8; 40]);
+        parts.insert(Part { n: 1, name: "a" }, vec![1, 2, 3]);
+        let mut inner = BTreeMap::new();
+        inner.insert("long", (-300i64, "x".repeat(50)));
+        inner.insert("short", (5i64, "y".into()));
+        let v = Nested {
+            id: 1 << 40,
+            parts,
+            inner: Some(inner),
+        };
+        assert_eq!(
+            Fingerprint::of(&v).unwrap().to_hex(),
+            "2103ba9c499afec13ee2caf2bfe87222a83eb2e0f8411ce5feae16dbc835c3b1"
         );
     }
 
