@@ -37,18 +37,28 @@ enum Part<'a> {
     Tagged(char, &'a str),
 }
 
-/// Reads `{len}:` and the `len` bytes after it.
+/// How many tuples deep a readable key may nest. An encoded id read from a store may hold
+/// anything; one nested deeper is shown in its raw form rather than walked on the stack, and
+/// a readable key nested deeper does not parse.
+const MAX_NESTING: usize = 256;
+// The parser's error message names the limit.
+const _: () = assert!(MAX_NESTING == 256);
+
+/// Reads `{len}:` and the `len` bytes after it. A length past the end of the text (however
+/// large: an id read from a store may claim any length) reads as no part.
 fn sized(rest: &str) -> Option<(&str, &str)> {
     let colon = rest.find(':')?;
     let len: usize = rest[..colon].parse().ok()?;
     if rest[..colon].starts_with('+') || (colon > 1 && rest.starts_with('0')) {
         return None;
     }
-    let body = rest.get(colon + 1..colon + 1 + len)?;
-    Some((body, &rest[colon + 1 + len..]))
+    let end = colon.checked_add(1)?.checked_add(len)?;
+    let body = rest.get(colon + 1..end)?;
+    Some((body, &rest[end..]))
 }
 
-fn part(s: &str) -> Option<(Part<'_>, &str)> {
+/// The first part of `s` and what follows it; `depth` is how many tuples it is inside.
+fn part(s: &str, depth: usize) -> Option<(Part<'_>, &str)> {
     let mut chars = s.chars();
     let tag = chars.next()?;
     let rest = chars.as_str();
@@ -79,19 +89,20 @@ fn part(s: &str) -> Option<(Part<'_>, &str)> {
         'x' => {
             let colon = rest.find(':')?;
             let len: usize = rest[..colon].parse().ok()?;
-            let hex = rest.get(colon + 1..colon + 1 + 2 * len)?;
+            let end = len.checked_mul(2)?.checked_add(colon + 1)?;
+            let hex = rest.get(colon + 1..end)?;
             hex.bytes()
                 .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
-                .then_some((Part::Bytes(hex), &rest[colon + 1 + 2 * len..]))
+                .then_some((Part::Bytes(hex), &rest[end..]))
         }
-        '(' => {
+        '(' if depth < MAX_NESTING => {
             let mut items = Vec::new();
             let mut r = rest;
             loop {
                 if let Some(after) = r.strip_prefix(')') {
                     return (!items.is_empty()).then_some((Part::Tuple(items), after));
                 }
-                let (p, next) = part(r)?;
+                let (p, next) = part(r, depth + 1)?;
                 items.push(p);
                 r = next;
             }
@@ -181,7 +192,7 @@ fn render(part: &Part<'_>, out: &mut String) {
 /// The readable form of an encoded id (see the module docs).
 pub(crate) fn readable(id: &str) -> String {
     let mut out = String::with_capacity(id.len());
-    match part(id) {
+    match part(id, 0) {
         Some((p, "")) => render(&p, &mut out),
         _ => {
             out.push_str("raw!");
@@ -211,6 +222,8 @@ impl std::error::Error for ParseKeyError {}
 struct Parser<'a> {
     text: &'a str,
     at: usize,
+    /// How many tuples the parser is inside.
+    depth: usize,
 }
 
 impl<'a> Parser<'a> {
@@ -313,7 +326,11 @@ impl<'a> Parser<'a> {
                 }
             }
             '(' => {
+                if self.depth >= MAX_NESTING {
+                    return self.fail("a key nested at most 256 tuples deep");
+                }
                 self.at += 1;
+                self.depth += 1;
                 let mut err = None;
                 let mut count = 0;
                 w.tuple(|w| loop {
@@ -338,6 +355,7 @@ impl<'a> Parser<'a> {
                     }
                     break;
                 });
+                self.depth -= 1;
                 if let Some(e) = err {
                     return Err(e);
                 }
@@ -417,7 +435,11 @@ impl<'a> Parser<'a> {
 
 /// The encoded id of a readable key (see the module docs).
 pub(crate) fn parse(text: &str) -> Result<CompactString, ParseKeyError> {
-    let mut p = Parser { text, at: 0 };
+    let mut p = Parser {
+        text,
+        at: 0,
+        depth: 0,
+    };
     p.skip_spaces();
     if p.rest().starts_with("raw!\"") {
         p.at += 5;
@@ -438,4 +460,50 @@ pub(crate) fn parse(text: &str) -> Result<CompactString, ParseKeyError> {
         return p.fail("the end of the key");
     }
     Ok(w.out)
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::Key;
+
+    /// An id read from a store may claim any length: one past the end of the text, however
+    /// large, shows the raw id (a length that wrapped around would read as another key's form).
+    #[test]
+    fn oversized_lengths_show_the_raw_id() {
+        assert_eq!(Key::from_parts("s", "x1:ab").readable_id(), "0xab");
+        for id in [
+            "s18446744073709551615:",
+            "s18446744073709551614:ab",
+            "x9223372036854775809:ab",
+            "x18446744073709551615:",
+            "c18446744073709551615:a",
+            "t1:d18446744073709551615:a",
+            "(s18446744073709551615:)",
+        ] {
+            let key = Key::from_parts("s", id);
+            assert!(key.readable_id().starts_with("raw!"), "{id}: {key}");
+            assert_eq!(Key::parse("s", &key.readable_id()).unwrap().id(), id);
+        }
+    }
+
+    /// Tuples nest up to 256 deep both ways; a deeper id shows raw rather than walking the
+    /// stack, and deeper text is an error, not a stack overflow.
+    #[test]
+    fn nesting_is_bounded() {
+        let nested = |n: usize, inner: &str| format!("{}{inner}{}", "(".repeat(n), ")".repeat(n));
+        // A tuple of one is written `(x,)`.
+        let text = |n: usize| format!("{}1{}", "(".repeat(n), ",)".repeat(n));
+        let key = Key::from_parts("s", nested(256, "i1"));
+        assert_eq!(key.readable_id(), text(256));
+        assert_eq!(Key::parse("s", &key.readable_id()).unwrap(), key);
+
+        let deep = Key::from_parts("s", nested(100_000, "i1"));
+        assert!(deep.readable_id().starts_with("raw!\"((("));
+        assert_eq!(Key::parse("s", &deep.readable_id()).unwrap(), deep);
+
+        let err = Key::parse("s", &text(257)).unwrap_err();
+        assert_eq!(err.at, 256);
+        assert!(err.expected.contains("256"), "{err}");
+        assert!(Key::parse("s", &text(100_000)).is_err());
+    }
 }
