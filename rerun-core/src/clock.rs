@@ -125,6 +125,17 @@ pub(crate) fn nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
+/// The moment `limit` from now, or a century from now when `limit` goes past what an
+/// [`Instant`](std::time::Instant) can hold: a limit of `Duration::MAX` means no limit, never a
+/// panic.
+pub(crate) fn deadline_in(limit: Duration) -> std::time::Instant {
+    const CENTURY: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+    let now = std::time::Instant::now();
+    now.checked_add(limit)
+        .or_else(|| now.checked_add(CENTURY))
+        .unwrap_or(now)
+}
+
 /// Milliseconds of a duration, saturating.
 pub(crate) fn millis(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)

@@ -256,9 +256,10 @@ impl LockFile {
         })
     }
 
-    /// Takes the lock at `path`, retrying while another process holds it, for up to `wait`.
+    /// Takes the lock at `path`, retrying while another process holds it, for up to `wait`
+    /// (`Duration::MAX`: until it is free).
     pub fn acquire(path: impl AsRef<Path>, wait: Duration) -> Result<LockFile, LockError> {
-        let deadline = Instant::now() + wait;
+        let deadline = crate::clock::deadline_in(wait);
         let mut pause = Duration::from_millis(1);
         loop {
             match LockFile::try_acquire(path.as_ref()) {

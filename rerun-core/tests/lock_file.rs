@@ -149,3 +149,23 @@ fn an_unwritable_place_is_a_typed_error() {
     assert!(matches!(err, LockError::Io { .. }), "{err:?}");
     println!("{err}");
 }
+
+/// `Duration::MAX` waits until the lock is free: here, until its holder is killed.
+#[test]
+fn waiting_without_a_limit_waits_for_the_holder() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("forever.lock");
+    let mut child = holder_process(&path);
+    let waiter = {
+        let path = path.clone();
+        std::thread::spawn(move || LockFile::acquire(&path, Duration::MAX))
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        !waiter.is_finished(),
+        "acquire gave up while the lock was held"
+    );
+    sigkill(&mut child);
+    let lock = waiter.join().expect("acquire panicked").unwrap();
+    assert_eq!(lock.holder().pid, std::process::id());
+}

@@ -1112,3 +1112,41 @@ fn filtered_scans_select_by_scope_prefix_and_state() {
     assert_eq!(done.len(), 3);
     assert!(done.iter().all(|r| r.result.is_some()));
 }
+
+/// An `op_timeout` past the longest `statement_timeout` the server accepts (`Duration::MAX`, a
+/// month) is that longest: the store connects, and sync calls that wait for the one pooled
+/// connection run.
+#[test]
+fn an_op_timeout_past_the_servers_longest_is_its_longest() {
+    let Some(url) = url() else { return };
+    for timeout in [Duration::MAX, Duration::from_secs(30 * 86_400)] {
+        let table = postgres_common::unique_table("longop");
+        let _t = postgres_common::Table {
+            url: url.clone(),
+            name: table.clone(),
+        };
+        let store = rerun_core::store::postgres::PostgresStore::builder(&url)
+            .table(&table)
+            .pool_size(1)
+            .op_timeout(timeout)
+            .connect()
+            .unwrap_or_else(|e| panic!("{timeout:?}: {e}"));
+        let threads: Vec<_> = (0..4)
+            .map(|t| {
+                let store = store.clone();
+                std::thread::spawn(move || {
+                    for i in 0..10 {
+                        let id = (t, i);
+                        let out = rerun_core::Call::new("s", &id)
+                            .run(&store, || Ok::<_, rerun_core::Error>(t * 100 + i))
+                            .unwrap();
+                        assert_eq!(out.value, t * 100 + i);
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+    }
+}

@@ -446,3 +446,35 @@ fn claims_that_read_a_free_key_while_another_connection_writes_claim_it_once() {
         .count();
     assert_eq!((claimed, busy), (1, 1), "{answers:?}");
 }
+
+/// A busy timeout past what SQLite's busy handler can wait (`Duration::MAX`, a month) is the
+/// longest it can: the store opens, calls run, and a writer waits for a lock another
+/// connection gives back.
+#[test]
+fn a_busy_timeout_past_sqlites_longest_is_its_longest() {
+    use rerun_core::store::sqlite::MAX_BUSY_TIMEOUT;
+    let dir = dir();
+    for (i, timeout) in [
+        Duration::MAX,
+        Duration::from_secs(30 * 86_400),
+        MAX_BUSY_TIMEOUT,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let path = dir.path().join(format!("long{i}.sqlite3"));
+        let store =
+            SqliteStore::open_with(&path, SqliteOptions::new().busy_timeout(timeout)).unwrap();
+        let other = rusqlite::Connection::open(&path).unwrap();
+        other.execute_batch("BEGIN EXCLUSIVE").unwrap();
+        let release = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(200));
+            other.execute_batch("COMMIT").unwrap();
+        });
+        let out = Call::new("s", "k")
+            .run(&store, || Ok::<_, Error>(i))
+            .unwrap();
+        assert_eq!(out.value, i);
+        release.join().unwrap();
+    }
+}

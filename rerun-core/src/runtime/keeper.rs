@@ -230,7 +230,7 @@ impl Keeper {
     /// harness reruns an operation only after the crashed run's claim was given back.
     #[cfg_attr(not(feature = "testing"), allow(dead_code))]
     pub(crate) fn settle(&self, timeout: Duration) -> bool {
-        let deadline = Instant::now() + timeout;
+        let deadline = crate::clock::deadline_in(timeout);
         let mut state = self.lock();
         let target = state.submitted;
         while state.finished < target {

@@ -50,6 +50,10 @@ pub const MAX_RESULT_BYTES: usize = (1 << 30) - (1 << 20);
 
 const DEFAULT_POOL_SIZE: usize = 16;
 
+/// The longest [`PostgresBuilder::op_timeout`]: the longest `statement_timeout` the server
+/// accepts (`i32::MAX` milliseconds, about 24.8 days).
+pub const MAX_OP_TIMEOUT: Duration = Duration::from_millis(i32::MAX as u64);
+
 /// How long one store call may take by default (see [`PostgresBuilder::op_timeout`]).
 pub const DEFAULT_OP_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -112,9 +116,11 @@ impl PostgresBuilder {
     /// (default 5 s): then it fails with a retryable [`Error::Store`] and its connection is
     /// closed. Calls made for a claim take at most a third of its lease, if that is shorter.
     /// The server's `statement_timeout` is set to the same (unless the URL sets it), and TCP
-    /// keepalives and `tcp_user_timeout` notice a peer that went silent.
+    /// keepalives and `tcp_user_timeout` notice a peer that went silent. Between 10 ms and
+    /// [`MAX_OP_TIMEOUT`] (the longest `statement_timeout` the server accepts, `i32::MAX`
+    /// milliseconds, about 24.8 days); a longer one, such as `Duration::MAX`, is that.
     pub fn op_timeout(mut self, timeout: Duration) -> Self {
-        self.op_timeout = timeout.max(Duration::from_millis(10));
+        self.op_timeout = timeout.clamp(Duration::from_millis(10), MAX_OP_TIMEOUT);
         self
     }
 

@@ -601,7 +601,7 @@ fn park_on<F: Future>(fut: F, limit: Duration) -> Option<F::Output> {
             self.0.unpark();
         }
     }
-    let until = Instant::now() + limit;
+    let until = crate::clock::deadline_in(limit);
     let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
     let mut cx = Context::from_waker(&waker);
     let mut fut = pin!(fut);

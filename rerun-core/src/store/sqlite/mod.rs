@@ -72,6 +72,10 @@ struct Inner {
     busy_timeout: Duration,
 }
 
+/// The longest [`SqliteOptions::busy_timeout`]: what SQLite's busy handler can wait
+/// (`i32::MAX` milliseconds, about 24.8 days).
+pub const MAX_BUSY_TIMEOUT: Duration = Duration::from_millis(i32::MAX as u64);
+
 /// Options for [`SqliteStore::open_with`].
 ///
 /// ```
@@ -110,9 +114,11 @@ impl SqliteOptions {
     }
     /// How long a call waits for another connection's write lock (or for a free connection)
     /// before failing with a retryable [`Error::Store`]. Calls made for a claim wait at most a
-    /// third of its lease, if that is shorter.
+    /// third of its lease, if that is shorter. At most [`MAX_BUSY_TIMEOUT`] (what SQLite's
+    /// busy handler can wait, `i32::MAX` milliseconds, about 24.8 days); a longer one, such as
+    /// `Duration::MAX`, is that.
     pub fn busy_timeout(mut self, timeout: Duration) -> Self {
-        self.busy_timeout = timeout;
+        self.busy_timeout = timeout.min(MAX_BUSY_TIMEOUT);
         self
     }
     /// The most connections open at once (default 32); further callers wait for one.
@@ -173,7 +179,7 @@ fn retry_busy<T>(
     timeout: Duration,
     mut op: impl FnMut() -> rusqlite::Result<T>,
 ) -> rusqlite::Result<T> {
-    let deadline = Instant::now() + timeout;
+    let deadline = crate::clock::deadline_in(timeout);
     let mut pause = Duration::from_millis(1);
     loop {
         match op() {

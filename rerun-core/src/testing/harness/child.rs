@@ -134,7 +134,7 @@ pub(crate) fn kill_at(
         text
     });
 
-    let deadline = Instant::now() + timeout;
+    let deadline = crate::clock::deadline_in(timeout);
     let mut seen = Vec::new();
     let outcome = loop {
         let left = deadline.saturating_duration_since(Instant::now());
