@@ -805,3 +805,25 @@ fn a_new_store_sweeps_records_of_rerun_0_1() {
     assert_eq!(kinds(&mut conn), vec!["string"; 3]);
     cleanup(&url, &name);
 }
+
+/// A zero connect timeout is the shortest that can connect, not one that fails every
+/// connection; `Duration::MAX` is no limit.
+#[test]
+fn connect_timeouts_at_both_ends_connect() {
+    let Some(url) = url() else { return };
+    for timeout in [Duration::ZERO, Duration::MAX] {
+        let name = unique("connect-timeout");
+        let store = RedisStore::connect_with(
+            &url,
+            RedisOptions::new()
+                .prefix(format!("{name}:"))
+                .connect_timeout(timeout),
+        )
+        .unwrap_or_else(|e| panic!("{timeout:?}: {e}"));
+        let out = rerun_core::Call::new("s", "k")
+            .run(&store, || Ok::<_, rerun_core::Error>(7))
+            .unwrap_or_else(|e| panic!("{timeout:?}: {e}"));
+        assert_eq!(out.value, 7);
+        cleanup(&url, &name);
+    }
+}

@@ -190,9 +190,10 @@ impl RedisOptions {
         self.client_name = name.into();
         self
     }
-    /// How long opening a connection may take.
+    /// How long opening a connection may take (default 5 s; at least 10 ms: a zero timeout
+    /// would fail every connection before it began).
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connect_timeout = timeout;
+        self.connect_timeout = timeout.max(Duration::from_millis(10));
         self
     }
     /// How long a call may take, from taking a connection to the reply (default 5 s), before
