@@ -200,8 +200,11 @@ impl IdempotencyLayer {
 
     /// At-most-once: a handler that started and whose server died before it answered is never
     /// run again for its key; the retry gets `500` with a problem saying the outcome is
-    /// unknown. For effects that cannot be repeated (charging a card, sending an email).
-    /// Without it, the retry runs the handler again.
+    /// unknown. The same goes for a handler whose answer cannot be recorded (a 5xx, a panic, an
+    /// event stream, a response over `max_body`, a response body that fails, an error of the
+    /// inner service): that answer is returned, and its key is left unknown. For effects that
+    /// cannot be repeated (charging a card, sending an email). Without it, the retry runs the
+    /// handler again.
     pub fn once(mut self) -> IdempotencyLayer {
         self.options = self.options.once();
         self
@@ -209,7 +212,7 @@ impl IdempotencyLayer {
 
     /// The largest request and response body, in bytes (default 1 MiB). A larger request is
     /// refused with `413 Content Too Large`; a larger response is returned but not recorded,
-    /// and its key is released.
+    /// and its key is released (left unknown with [`once`](IdempotencyLayer::once)).
     pub fn max_body(mut self, bytes: usize) -> IdempotencyLayer {
         self.max_body = bytes;
         self

@@ -121,7 +121,8 @@ fn ready<B: Send + 'static, E: Send + 'static>(
     }
 }
 
-/// Why the handler's run is not recorded; each but `Rerun` releases the claim.
+/// Why the handler's run is not recorded. Each but `Rerun` comes after the handler started:
+/// a replayable call's claim is then released, a `once` call's left unknown.
 enum Failure<E, B> {
     /// rerun said no (in progress, mismatch, store down, …): its problem is the response.
     Rerun(Error),
@@ -129,6 +130,8 @@ enum Failure<E, B> {
     Inner(E),
     /// A response returned as it is, unrecorded: a 5xx, an event stream, one over `max_body`.
     Pass(Response<ResponseBody<B>>),
+    /// The handler's response body failed partway.
+    BodyFailed,
     /// The handler panicked.
     Panicked,
 }
@@ -232,8 +235,9 @@ where
         Ok(store) => store,
         Err(e) => return Ok(problem_of(&e)),
     };
-    // A `once` handler that panicked may have had its effect: its key is left unknown (the
-    // panic goes on through the call, whose claim is then marked so), never released.
+    // A `once` handler that started may have had its effect: when its answer cannot be
+    // recorded (a panic, an error, a 5xx, a stream, a body over `max_body` or one that
+    // failed), its key is left unknown, never released (see `unless_left`).
     let once = config.options.is_once();
     let unknown = Error::outcome_unknown(&rerun_key);
     let call = Call::with_key(rerun_key)
@@ -241,27 +245,61 @@ where
         .options(config.options);
     let req = Request::from_parts(parts, RequestBody::buffered(body));
     let max_body = config.max_body;
+    let (leave, left) = tokio::sync::oneshot::channel();
     // Polled on this request's task; if the client hangs up and the future is dropped, the
     // rest of it (handler, record) goes on on a task of its own, and the retry replays it.
     let run = CatchPanic(Box::pin(rerun_core::runtime::detach(async move {
-        call.run_async(store.get(), async move {
-            let response = match CatchPanic(Box::pin(inner.call(req))).await {
-                Ok(response) => response,
-                Err(()) if once => std::panic::resume_unwind(Box::new(
-                    "rerun-http: a once handler panicked; its outcome is unknown",
-                )),
-                Err(()) => return Err(Failure::Panicked),
+        let call = call.run_async(store.get(), async move {
+            let failure = match CatchPanic(Box::pin(inner.call(req))).await {
+                Ok(Ok(response)) => match capture(response, max_body).await {
+                    Ok(recorded) => return Ok(recorded),
+                    Err(failure) => failure,
+                },
+                Ok(Err(e)) => Failure::Inner(e),
+                Err(()) => Failure::Panicked,
+            };
+            if !once {
+                return Err(failure);
             }
-            .map_err(Failure::Inner)?;
-            capture(response, max_body).await
-        })
-        .await
+            // The runtime releases the claim of a body that returns an error, and a retry
+            // would run this handler again: the failure leaves by another way, and the body
+            // never returns.
+            let _ = leave.send(failure);
+            std::future::pending().await
+        });
+        match unless_left(call, left).await {
+            Ok(out) => out,
+            Err(failure) => Err(failure),
+        }
     })));
     match run.await {
         Ok(Ok(outcome)) => Ok(outcome.value.into_response(outcome.replayed)),
         Ok(Err(Failure::Rerun(e))) => Ok(problem_of(&e)),
+        Ok(Err(Failure::Panicked)) if once => {
+            tracing::error!(
+                "rerun-http: an at-most-once handler panicked; its outcome is unknown and it will not run again for this key"
+            );
+            Ok(problem_of(&unknown))
+        }
+        Ok(Err(failure)) if once => {
+            tracing::warn!(
+                "rerun-http: an at-most-once handler's answer was not recorded; its outcome is unknown and it will not run again for this key"
+            );
+            match failure {
+                Failure::Pass(response) => Ok(response),
+                Failure::Inner(e) => Err(e),
+                Failure::BodyFailed | Failure::Panicked => Ok(problem_of(&unknown)),
+                Failure::Rerun(e) => Ok(problem_of(&e)),
+            }
+        }
         Ok(Err(Failure::Pass(response))) => Ok(response),
         Ok(Err(Failure::Inner(e))) => Err(e),
+        Ok(Err(Failure::BodyFailed)) => Ok(Problem::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "response_failed",
+            "the response could not be produced and nothing was recorded for its idempotency key; retry it with the same key",
+        )
+        .into_response()),
         Ok(Err(Failure::Panicked)) => {
             tracing::error!(
                 "rerun-http: the handler panicked; its key was released and nothing was recorded"
@@ -269,8 +307,10 @@ where
             Ok(handler_failed())
         }
         Err(()) if once => {
+            // A panic outside the handler (in reading its response, say): its claim was
+            // marked unknown as the panic unwound through the call.
             tracing::error!(
-                "rerun-http: an at-most-once handler panicked; its outcome is unknown and it will not run again for this key"
+                "rerun-http: an at-most-once request did not finish; its outcome is unknown and its handler will not run again for this key"
             );
             Ok(problem_of(&unknown))
         }
@@ -303,8 +343,8 @@ fn problem_of<B>(e: &Error) -> Response<ResponseBody<B>> {
     e.problem().into_response()
 }
 
-/// The handler's response, read whole to be recorded; or returned unrecorded (its claim
-/// released) when it is a 5xx, an event stream, larger than `max_body` or has trailers.
+/// The handler's response, read whole to be recorded; or returned unrecorded when it is a 5xx,
+/// an event stream, larger than `max_body` or has trailers.
 async fn capture<E, B>(response: Response<B>, max_body: usize) -> Result<Recorded, Failure<E, B>>
 where
     B: Body<Data = Bytes> + Send + 'static,
@@ -320,21 +360,39 @@ where
     match read_response(body, max_body).await {
         Captured::Whole(bytes) => Ok(Recorded::new(&parts, bytes)),
         Captured::Partial(body) => {
-            tracing::info!(max_body, "rerun-http: a response larger than max_body (or with trailers) was returned unrecorded; its key was released");
+            tracing::info!(
+                max_body,
+                "rerun-http: a response larger than max_body (or with trailers) was returned unrecorded"
+            );
             Err(Failure::Pass(Response::from_parts(parts, body)))
         }
         Captured::Failed(e) => {
             tracing::warn!(error = %e, "rerun-http: the handler's response body failed; nothing was recorded");
-            Err(Failure::Pass(
-                Problem::new(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "response_failed",
-                    "the response could not be produced and nothing was recorded for its idempotency key; retry it with the same key",
-                )
-                .into_response(),
-            ))
+            Err(Failure::BodyFailed)
         }
     }
+}
+
+/// Runs `call` until it finishes, or until its body hands over a failure through `left`: the
+/// call is then dropped mid-body, which is how a `once` call's claim is left unknown (a
+/// dropped call gives its claim back as unknown, in the background, where a failed body's
+/// would be released). Called on the task that polls the body, it sees the failure as soon as
+/// the body has handed it over and returned `Pending`.
+async fn unless_left<F: Future, T>(
+    call: F,
+    mut left: tokio::sync::oneshot::Receiver<T>,
+) -> Result<F::Output, T> {
+    let mut call = Box::pin(call);
+    let out = std::future::poll_fn(|cx| match call.as_mut().poll(cx) {
+        Poll::Ready(out) => Poll::Ready(Ok(out)),
+        Poll::Pending => match left.try_recv() {
+            Ok(failure) => Poll::Ready(Err(failure)),
+            Err(_) => Poll::Pending,
+        },
+    })
+    .await;
+    drop(call);
+    out
 }
 
 /// Whether a response is a stream of server-sent events, which is never recorded.
@@ -351,8 +409,8 @@ fn is_event_stream(parts: &http::response::Parts) -> bool {
 }
 
 /// A future that turns a panic while polling into `Err(())` (the panic hook has printed it),
-/// so a panicking handler fails its call like an error does: the claim is released before
-/// the response is sent, not later by a destructor on another thread.
+/// so a panicking handler fails its call like an error does: a replayable call's claim is
+/// released before the response is sent, not later by a destructor on another thread.
 struct CatchPanic<F>(Pin<Box<F>>);
 
 impl<F: Future> Future for CatchPanic<F> {

@@ -16,6 +16,7 @@ on_every_store!(
     keys_missing_malformed_or_too_long_get_400,
     a_5xx_or_a_panic_records_nothing,
     a_once_handler_that_panicked_is_never_run_again,
+    a_once_handler_whose_answer_was_not_recorded_is_never_run_again,
     other_methods_and_keyless_requests_pass_through,
     a_hundred_concurrent_duplicates_run_the_handler_once,
     a_tenant_replaying_another_tenants_key_gets_its_own_run,
@@ -278,18 +279,7 @@ async fn a_once_handler_that_panicked_is_never_run_again(f: Arc<Fixture>) {
     );
     // The claim is marked unknown in the background as the panic unwinds: until then a retry
     // is told the first attempt is in progress (409), never run.
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    let retry = loop {
-        let got = send(
-            http.post(server.url("/panic"))
-                .header("idempotency-key", "once-p"),
-        )
-        .await;
-        if got.status != 409 || std::time::Instant::now() > deadline {
-            break got;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    let retry = once_settled(&server, "/panic", "once-p").await;
     assert_eq!(
         (retry.status, retry.code()),
         (500, "outcome_unknown".to_owned())
@@ -299,6 +289,60 @@ async fn a_once_handler_that_panicked_is_never_run_again(f: Arc<Fixture>) {
         before + 1,
         "the panicked handler ran again"
     );
+}
+
+/// A retry of a `once` request whose first attempt was not recorded: sent until it is no longer
+/// told that attempt is in progress (the claim is marked unknown in the background, as the
+/// call is dropped), for up to 10 s.
+async fn once_settled(server: &Server, path: &str, key: &str) -> support::Got {
+    let http = client();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let got = send(http.post(server.url(path)).header("idempotency-key", key)).await;
+        if got.status != 409 || std::time::Instant::now() > deadline {
+            return got;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn a_once_handler_whose_answer_was_not_recorded_is_never_run_again(f: Arc<Fixture>) {
+    let server = Server::start(f.layer().once().max_body(1024)).await;
+    let http = client();
+    // The first request gets the handler's answer, unrecorded (or, when its body failed, the
+    // outcome-unknown problem); every retry gets the outcome-unknown problem.
+    for (path, status) in [
+        ("/payments?status=500", 500),
+        ("/payments?status=503", 503),
+        ("/events", 200),
+        ("/big?bytes=2048", 200),
+        ("/broken", 500),
+    ] {
+        let key = format!("once-{path}");
+        let before = server.runs.get();
+        let first = send(http.post(server.url(path)).header("idempotency-key", &key)).await;
+        assert_eq!(first.status, status, "{path}: {}", first.text());
+        assert!(!first.replayed(), "{path}");
+        if path == "/big?bytes=2048" {
+            assert_eq!(first.body.len(), 2048);
+        }
+        if path == "/broken" {
+            assert_eq!(first.code(), "outcome_unknown");
+        }
+        for _ in 0..2 {
+            let retry = once_settled(&server, path, &key).await;
+            assert_eq!(
+                (retry.status, retry.code()),
+                (500, "outcome_unknown".to_owned()),
+                "{path}"
+            );
+        }
+        assert_eq!(
+            server.runs.get(),
+            before + 1,
+            "{path}: the once handler ran again"
+        );
+    }
 }
 
 async fn other_methods_and_keyless_requests_pass_through(f: Arc<Fixture>) {

@@ -308,7 +308,8 @@ pub struct Params {
 
 /// `POST /payments`: counts, sleeps `delay_ms`, answers 201 with a body naming its run, or
 /// `status` when given. `POST /panic` panics; `POST /events` streams server-sent events;
-/// `POST /big` answers `bytes` bytes; `GET /payments` counts and answers 200.
+/// `POST /big` answers `bytes` bytes; `POST /broken` answers a body that fails after its first
+/// chunk; `GET /payments` counts and answers 200.
 pub fn app(runs: Runs) -> Router {
     Router::new()
         .route("/payments", post(payment).get(read_payments).put(payment))
@@ -316,6 +317,7 @@ pub fn app(runs: Runs) -> Router {
         .route("/panic", post(panics))
         .route("/events", post(events))
         .route("/big", post(big))
+        .route("/broken", post(broken))
         .layer(axum::extract::DefaultBodyLimit::disable())
         .with_state(runs)
 }
@@ -376,6 +378,15 @@ async fn events(State(runs): State<Runs>) -> Response {
 async fn big(State(runs): State<Runs>, Query(p): Query<Params>) -> Vec<u8> {
     let run = runs.bump();
     vec![b'0' + (run % 10) as u8; p.bytes.unwrap_or(0)]
+}
+
+async fn broken(State(runs): State<Runs>) -> Response {
+    runs.bump();
+    let chunks = [
+        Ok("the first chunk".to_owned()),
+        Err(std::io::Error::other("the rest of the body failed")),
+    ];
+    axum::body::Body::from_stream(futures_util::stream::iter(chunks)).into_response()
 }
 
 /// A server on a loopback port.

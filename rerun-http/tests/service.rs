@@ -1,0 +1,94 @@
+//! The layer as a tower service, without a server: an inner service that fails, and responses
+//! no HTTP client would take whole (25,000 header values).
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::{Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full};
+use rerun_http::{IdempotencyLayer, RequestBody, ResponseBody};
+use tower::{Layer, ServiceExt};
+
+type Answer = Response<ResponseBody<Full<Bytes>>>;
+
+/// A request for `/charge` with the idempotency key `key`.
+fn request(key: &str) -> Request<Full<Bytes>> {
+    Request::post("/charge")
+        .header("idempotency-key", key)
+        .body(Full::new(Bytes::from_static(b"{\"cents\":500}")))
+        .unwrap_or_else(|e| panic!("a request: {e}"))
+}
+
+/// The problem's `code` member.
+async fn code(response: Answer) -> String {
+    let body = response
+        .into_body()
+        .collect()
+        .await
+        .unwrap_or_else(|e| panic!("reading: {e}"))
+        .to_bytes();
+    let json: serde_json::Value =
+        serde_json::from_slice(&body).unwrap_or_else(|e| panic!("{e}: {body:?}"));
+    json["code"].as_str().unwrap_or_default().to_owned()
+}
+
+/// The layer around an inner service that counts its runs and fails with an error of its own
+/// (a timeout of a downstream call, say) after it started.
+fn failing(layer: IdempotencyLayer, runs: Arc<AtomicUsize>) -> impl Fn(&str) -> Call {
+    let service = layer.layer(tower::service_fn(
+        move |_req: Request<RequestBody<Full<Bytes>>>| {
+            let runs = runs.clone();
+            async move {
+                runs.fetch_add(1, Ordering::SeqCst);
+                Err::<Response<Full<Bytes>>, _>(std::io::Error::other("the charge timed out"))
+            }
+        },
+    ));
+    move |key: &str| Box::pin(service.clone().oneshot(request(key)))
+}
+
+type Call = std::pin::Pin<
+    Box<dyn std::future::Future<Output = Result<Answer, std::io::Error>> + Send + 'static>,
+>;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_inner_error_of_a_once_service_leaves_the_key_unknown() {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let call = failing(
+        IdempotencyLayer::new(rerun_core::MemoryStore::new()).once(),
+        runs.clone(),
+    );
+    let first = call("k").await;
+    assert!(first.is_err(), "the inner service's error is returned");
+    // The claim is marked unknown in the background as the call is dropped: until then a
+    // retry is told the first attempt is in progress (409), never run.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    for _ in 0..2 {
+        let retry = loop {
+            match call("k").await {
+                Ok(r) if r.status() == StatusCode::CONFLICT && Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                Ok(r) => break r,
+                Err(e) => panic!("the once service ran again and failed: {e}"),
+            }
+        };
+        assert_eq!(retry.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(code(retry).await, "outcome_unknown");
+    }
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "the once service ran again");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_inner_error_of_a_replayable_service_releases_the_key() {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let call = failing(
+        IdempotencyLayer::new(rerun_core::MemoryStore::new()),
+        runs.clone(),
+    );
+    assert!(call("k").await.is_err());
+    assert!(call("k").await.is_err());
+    assert_eq!(runs.load(Ordering::SeqCst), 2, "the retry runs again");
+}
