@@ -3,6 +3,7 @@
 use bytes::Bytes;
 use http::header::{HeaderName, HeaderValue};
 use http::{HeaderMap, Response, StatusCode};
+use rerun_core::CorruptKind;
 use serde::de::{self, Deserializer, Visitor};
 use serde::ser::Serializer;
 use serde::{Deserialize, Serialize};
@@ -23,6 +24,12 @@ const HOP_BY_HOP: [&str; 8] = [
     "transfer-encoding",
     "upgrade",
 ];
+
+/// The most header names a replayed response's map is made for up front. The recorded values
+/// count every value of a name, so they only bound the names from above (one name may carry
+/// thousands), and a `HeaderMap` cannot be made for more than about 24,000 names; past this
+/// the map grows as it is filled.
+const PRESIZED_HEADERS: usize = 128;
 
 /// A response as recorded: what a replay returns, byte for byte.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -55,25 +62,38 @@ impl Recorded {
     }
 
     /// The response again; `replayed` adds `Idempotent-Replayed: true`. A recorded header or
-    /// status that does not parse (a record written by hand) is skipped, or read as 500.
-    pub(crate) fn into_response<B>(self, replayed: bool) -> Response<ResponseBody<B>> {
-        let mut headers = HeaderMap::with_capacity(self.headers.len() + 1);
+    /// status that does not parse (a record written by hand) is skipped, or read as 500; a
+    /// record with more header names than a response can hold (written by hand too: it was
+    /// recorded from a response) does not decode as a response.
+    pub(crate) fn into_response<B>(
+        self,
+        replayed: bool,
+    ) -> Result<Response<ResponseBody<B>>, CorruptKind> {
+        let too_many = |_| {
+            CorruptKind::Decode(
+                "the recorded response has more header names than a response can hold".to_owned(),
+            )
+        };
+        let presized = self.headers.len().saturating_add(1).min(PRESIZED_HEADERS);
+        let mut headers = HeaderMap::try_with_capacity(presized).unwrap_or_default();
         for (name, value) in self.headers {
             if let (Ok(name), Ok(value)) = (
                 HeaderName::from_bytes(name.as_bytes()),
                 HeaderValue::from_maybe_shared(value.0),
             ) {
-                headers.append(name, value);
+                headers.try_append(name, value).map_err(too_many)?;
             }
         }
         if replayed {
-            headers.insert(IDEMPOTENT_REPLAYED, HeaderValue::from_static("true"));
+            headers
+                .try_insert(IDEMPOTENT_REPLAYED, HeaderValue::from_static("true"))
+                .map_err(too_many)?;
         }
         let mut response = Response::new(ResponseBody::buffered(self.body.0));
         *response.status_mut() =
             StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         *response.headers_mut() = headers;
-        response
+        Ok(response)
     }
 }
 
@@ -135,12 +155,41 @@ mod tests {
         let bytes = rerun_core::codec::encode_checked(&recorded).unwrap_or_default();
         let back: Recorded = rerun_core::codec::decode(&bytes).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(back, recorded);
-        let replayed = back.into_response::<()>(true);
+        let replayed = back
+            .into_response::<()>(true)
+            .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(replayed.status(), 201);
         let ones: Vec<_> = replayed.headers().get_all("x-one").iter().collect();
         assert_eq!(ones, ["a", "b"]);
         assert_eq!(replayed.headers()["x-binary"].as_bytes(), b"\xfe\xff");
         assert!(replayed.headers().get("connection").is_none());
         assert_eq!(replayed.headers()[IDEMPOTENT_REPLAYED], "true");
+    }
+
+    fn recorded(headers: Vec<(String, Raw)>) -> Recorded {
+        Recorded {
+            status: 200,
+            headers,
+            body: Raw(Bytes::new()),
+        }
+    }
+
+    #[test]
+    fn a_response_with_25000_values_of_one_header_replays() {
+        let value = Raw(Bytes::from_static(b"v"));
+        let response = recorded(vec![("x-tag".to_owned(), value); 25_000])
+            .into_response::<()>(true)
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(response.headers().get_all("x-tag").iter().count(), 25_000);
+        assert_eq!(response.headers()[IDEMPOTENT_REPLAYED], "true");
+    }
+
+    #[test]
+    fn a_record_with_more_header_names_than_a_response_holds_is_an_error() {
+        // Only a record written by hand can hold this many names: a header map holds fewer.
+        let headers = (0..40_000)
+            .map(|i| (format!("x-{i}"), Raw(Bytes::from_static(b"v"))))
+            .collect();
+        assert!(recorded(headers).into_response::<()>(false).is_err());
     }
 }

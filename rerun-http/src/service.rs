@@ -240,6 +240,7 @@ where
     // failed), its key is left unknown, never released (see `unless_left`).
     let once = config.options.is_once();
     let unknown = Error::outcome_unknown(&rerun_key);
+    let record_key = rerun_key.clone();
     let call = Call::with_key(rerun_key)
         .fingerprint(fingerprint)
         .options(config.options);
@@ -273,7 +274,12 @@ where
         }
     })));
     match run.await {
-        Ok(Ok(outcome)) => Ok(outcome.value.into_response(outcome.replayed)),
+        // Only a record written by hand fails here; its key is not run again (as for any
+        // corrupt record, until it is forgotten).
+        Ok(Ok(outcome)) => match outcome.value.into_response(outcome.replayed) {
+            Ok(response) => Ok(response),
+            Err(kind) => Ok(problem_of(&Error::corrupt(&record_key, kind))),
+        },
         Ok(Err(Failure::Rerun(e))) => Ok(problem_of(&e)),
         Ok(Err(Failure::Panicked)) if once => {
             tracing::error!(

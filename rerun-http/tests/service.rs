@@ -6,9 +6,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use http::{Request, Response, StatusCode};
+use http::{HeaderValue, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
-use rerun_http::{IdempotencyLayer, RequestBody, ResponseBody};
+use rerun_http::{IdempotencyLayer, RequestBody, ResponseBody, IDEMPOTENT_REPLAYED};
 use tower::{Layer, ServiceExt};
 
 type Answer = Response<ResponseBody<Full<Bytes>>>;
@@ -91,4 +91,39 @@ async fn an_inner_error_of_a_replayable_service_releases_the_key() {
     assert!(call("k").await.is_err());
     assert!(call("k").await.is_err());
     assert_eq!(runs.load(Ordering::SeqCst), 2, "the retry runs again");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_response_with_25000_values_of_one_header_is_returned_and_replayed() {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let counted = runs.clone();
+    let service = IdempotencyLayer::new(rerun_core::MemoryStore::new()).layer(tower::service_fn(
+        move |_req: Request<RequestBody<Full<Bytes>>>| {
+            let runs = counted.clone();
+            async move {
+                runs.fetch_add(1, Ordering::SeqCst);
+                let mut response = Response::new(Full::new(Bytes::from_static(b"tagged")));
+                for i in 0..25_000 {
+                    let value = HeaderValue::from_str(&i.to_string())
+                        .unwrap_or(HeaderValue::from_static("0"));
+                    response.headers_mut().append("x-tag", value);
+                }
+                Ok::<_, std::io::Error>(response)
+            }
+        },
+    ));
+    for replayed in [false, true] {
+        let response = service
+            .clone()
+            .oneshot(request("tags"))
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(response.status(), StatusCode::OK);
+        assert_eq!(response.headers().get_all("x-tag").iter().count(), 25_000);
+        assert_eq!(
+            response.headers().get(IDEMPOTENT_REPLAYED).is_some(),
+            replayed
+        );
+    }
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
 }
