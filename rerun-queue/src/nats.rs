@@ -4,7 +4,7 @@
 //! |---|---|
 //! | recorded (ran or replayed) | `+ACK` |
 //! | `InProgress`, a retryable error | `-NAK` with a delay (the policy's in-progress delay, or its backoff) |
-//! | mismatch, corrupt, non-retryable, undecodable, unknown outcome | `+TERM` (the server's terminated-message advisory follows), after a copy went to the dead-letter subject if one is set |
+//! | mismatch, corrupt, non-retryable, undecodable, unknown outcome | `+TERM` (the server's terminated-message advisory follows), after a copy went to the dead-letter subject if one is set; if the copy cannot be stored, `-NAK` with the policy's backoff instead, to be dead-lettered on a later delivery |
 //! | the handler is still running | `+WPI` (in progress) every third of the consumer's `ack_wait` |
 //!
 //! The message id is the `Nats-Msg-Id` header; the attempt is the consumer's delivery count.
@@ -101,6 +101,10 @@ impl<H: Handler + ?Sized> JetStreamConsumer<H> {
     /// capturing it stores it), with the headers [`DEAD_REASON_HEADER`] and
     /// [`DEAD_SUBJECT_HEADER`]. Without it, a terminated message stays in its stream and
     /// the server's `MSG_TERMINATED` advisory (servers from 2.10) names it.
+    ///
+    /// The reason header has its control characters escaped and is cut to 1 KiB. A message
+    /// whose copy cannot be stored (no stream captures `subject`, the stream is full) is not
+    /// terminated: it is redelivered after the policy's backoff and dead-lettered again.
     pub fn dead_letter_subject(
         mut self,
         js: jetstream::Context,
@@ -184,6 +188,37 @@ impl Source for Pull {
     }
 }
 
+/// The most bytes of a reason a dead-lettered copy's header carries.
+const MAX_REASON_BYTES: usize = 1024;
+
+/// `value` as a header value: control characters escaped (the client writes header values as
+/// they are, so a CR LF in a reason would end its header and start another, such as a
+/// `Nats-Msg-Id` that makes the dead-letter stream drop the copy as a duplicate), and cut to
+/// [`MAX_REASON_BYTES`] on a character boundary.
+fn header_value(value: &str) -> String {
+    const CUT: &str = "...";
+    let mut out = String::with_capacity(value.len().min(MAX_REASON_BYTES));
+    for c in value.chars() {
+        if out.len() > MAX_REASON_BYTES {
+            break;
+        }
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    if out.len() > MAX_REASON_BYTES {
+        let mut end = MAX_REASON_BYTES - CUT.len();
+        while !out.is_char_boundary(end) {
+            end -= 1;
+        }
+        out.truncate(end);
+        out.push_str(CUT);
+    }
+    out
+}
+
 struct JsDelivery {
     inner: jetstream::Message,
     message: Message,
@@ -237,12 +272,14 @@ impl Delivery for JsDelivery {
         if let Some(target) = &self.dead_letter {
             let (js, subject) = &**target;
             // The copy carries no `Nats-Msg-Id`: the stream must not deduplicate it against
-            // the original.
+            // the original. The id and the subject came off the wire as a header and a
+            // subject, which hold no line breaks; the reason may quote the body (a decoding
+            // error does), so it is escaped.
             let mut headers = async_nats::HeaderMap::new();
             if let Some(id) = self.message.id() {
                 headers.insert("Rerun-Dead-Letter-Msg-Id", id);
             }
-            headers.insert(DEAD_REASON_HEADER, reason);
+            headers.insert(DEAD_REASON_HEADER, header_value(reason));
             headers.insert(DEAD_SUBJECT_HEADER, self.message.subject());
             let published = js
                 .publish_with_headers(subject.clone(), headers, self.inner.payload.clone())
@@ -261,5 +298,34 @@ impl Delivery for JsDelivery {
     }
     async fn progress(&self) -> Result<(), String> {
         self.send(AckKind::Progress).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_values_hold_no_line_breaks_and_are_capped() {
+        assert_eq!(
+            header_value("unknown variant `x\r\nNats-Msg-Id: dup\r\nX-Pad: `"),
+            "unknown variant `x\\r\\nNats-Msg-Id: dup\\r\\nX-Pad: `"
+        );
+        assert_eq!(
+            header_value("tab\there\u{0}\u{7f}\u{85}"),
+            "tab\\there\\u{0}\\u{7f}\\u{85}"
+        );
+        assert_eq!(header_value("plain é reason"), "plain é reason");
+        let exact = "a".repeat(MAX_REASON_BYTES);
+        assert_eq!(header_value(&exact), exact);
+        // Multi-byte characters across the cut: it lands on a boundary.
+        let long = "é".repeat(MAX_REASON_BYTES);
+        let cut = header_value(&long);
+        assert!(cut.len() <= MAX_REASON_BYTES, "{}", cut.len());
+        assert!(cut.ends_with("..."));
+        assert!(cut.trim_end_matches("...").chars().all(|c| c == 'é'));
+        let newlines = "\n".repeat(MAX_REASON_BYTES);
+        let cut = header_value(&newlines);
+        assert!(cut.len() <= MAX_REASON_BYTES && !cut.contains('\n'));
     }
 }

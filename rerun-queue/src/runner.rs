@@ -107,7 +107,9 @@ where
             drop(slot);
             let attempt = delivery.message().attempt();
             let action = policy.decide(&handled, attempt);
-            settle(&delivery, &handled, action, &report, phase).await;
+            // Should the dead letter fail, the message comes back after the backoff.
+            let retry_after = policy.backoff_after(attempt);
+            settle(&delivery, &handled, action, retry_after, &report, phase).await;
         });
     }
     source.stop().await;
@@ -171,10 +173,32 @@ fn count(report: &Mutex<Report>, f: impl FnOnce(&mut Report)) {
     f(&mut report.lock().unwrap_or_else(|p| p.into_inner()));
 }
 
+/// Hands the message back to come again after `after`, or at once if the shutdown's grace
+/// runs out meanwhile.
+async fn redeliver<D: Delivery>(
+    delivery: &D,
+    after: Duration,
+    report: &Mutex<Report>,
+    phase: &mut watch::Receiver<Phase>,
+) -> Result<(), String> {
+    let r = tokio::select! {
+        r = delivery.redeliver(after) => r,
+        // A delayed requeue is not held up by a shutdown.
+        _ = aborted(phase) => delivery.release().await,
+    };
+    if r.is_ok() {
+        count(report, |r| r.redelivered += 1);
+    }
+    r
+}
+
+/// Settles a handled delivery as `action` says; a dead letter that fails is redelivered after
+/// `retry_after`.
 async fn settle<D: Delivery>(
     delivery: &D,
     handled: &Handled,
     action: Action,
+    retry_after: Duration,
     report: &Mutex<Report>,
     mut phase: watch::Receiver<Phase>,
 ) {
@@ -198,15 +222,7 @@ async fn settle<D: Delivery>(
             if let Handled::Failed(f) = handled {
                 tracing::debug!(message = %message.describe(), reason = %f, ?after, "rerun-queue: redelivering later");
             }
-            let r = tokio::select! {
-                r = delivery.redeliver(after) => r,
-                // A delayed requeue is not held up by a shutdown.
-                _ = aborted(&mut phase) => delivery.release().await,
-            };
-            if r.is_ok() {
-                count(report, |r| r.redelivered += 1);
-            }
-            r
+            redeliver(delivery, after, report, &mut phase).await
         }
         Action::DeadLetter => {
             let reason = match handled {
@@ -221,11 +237,26 @@ async fn settle<D: Delivery>(
                 "rerun-queue: message dead-lettered: {}",
                 message.describe()
             );
-            let r = delivery.dead_letter(&reason).await;
-            if r.is_ok() {
-                count(report, |r| r.dead_lettered += 1);
+            match delivery.dead_letter(&reason).await {
+                Ok(()) => {
+                    count(report, |r| r.dead_lettered += 1);
+                    Ok(())
+                }
+                Err(e) => {
+                    // Neither kept as a dead letter nor terminated. Left unsettled, it would
+                    // come back whenever the broker's timer ran out, for ever and without
+                    // backoff; handed back with the backoff, a later delivery dead-letters it
+                    // again, and it is never dropped unseen.
+                    count(report, |r| r.settle_failures += 1);
+                    tracing::warn!(
+                        message = %message.describe(),
+                        error = %e,
+                        after = ?retry_after,
+                        "rerun-queue: could not dead-letter the message; it is redelivered later to be dead-lettered again"
+                    );
+                    redeliver(delivery, retry_after, report, &mut phase).await
+                }
             }
-            r
         }
     };
     if let Err(e) = result {
