@@ -4,7 +4,7 @@
 //! | rerun says | the consumer does |
 //! |---|---|
 //! | recorded (ran or replayed) | `basic.ack` |
-//! | `InProgress`, a retryable error | holds the delivery for the policy's delay (the handler slot is freed), then `basic.nack` with requeue: a redelivery after a pause, never a hot loop |
+//! | `InProgress`, a retryable error, a panic in the handler | holds the delivery for the policy's delay (the handler slot is freed), then `basic.nack` with requeue: a redelivery after a pause, never a hot loop |
 //! | mismatch, corrupt, non-retryable, undecodable, unknown outcome | `basic.reject` without requeue: the queue's dead-letter exchange (`x-dead-letter-exchange`) receives it |
 //!
 //! The message id is the `message_id` property; the attempt is `x-delivery-count` + 1 on

@@ -3,7 +3,7 @@
 //! | rerun says | the consumer sends |
 //! |---|---|
 //! | recorded (ran or replayed) | `+ACK` |
-//! | `InProgress`, a retryable error | `-NAK` with a delay (the policy's in-progress delay, or its backoff) |
+//! | `InProgress`, a retryable error, a panic in the handler | `-NAK` with a delay (the policy's in-progress delay, or its backoff) |
 //! | mismatch, corrupt, non-retryable, undecodable, unknown outcome | `+TERM` (the server's terminated-message advisory follows), after a copy went to the dead-letter subject if one is set; if the copy cannot be stored, `-NAK` with the policy's backoff instead, to be dead-lettered on a later delivery |
 //! | the handler is still running | `+WPI` (in progress) every third of the consumer's `ack_wait` |
 //!

@@ -1,15 +1,18 @@
 //! The consumer loop both adapters share: bounded handlers in flight, the ack policy, lease
 //! keep-alive towards the broker, and graceful shutdown.
 
+use std::any::Any;
 use std::future::Future;
+use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use futures::FutureExt;
 use tokio::sync::{watch, Semaphore};
-use tokio::task::JoinSet;
+use tokio::task::{JoinError, JoinSet};
 
 use crate::error::Error;
-use crate::failure::Handled;
+use crate::failure::{Failure, FailureKind, Handled};
 use crate::handler::Handler;
 use crate::message::Message;
 use crate::policy::Action;
@@ -83,7 +86,9 @@ where
             next = source.next() => next,
         };
         // Reap finished tasks so the set stays small.
-        while tasks.try_join_next().is_some() {}
+        while let Some(done) = tasks.try_join_next() {
+            reaped(done);
+        }
         let delivery = match next {
             None => break,
             Some(Ok(delivery)) => delivery,
@@ -115,7 +120,9 @@ where
     source.stop().await;
     // Stop fetching is done; in-flight handlers get the grace period to finish.
     let drained = tokio::time::timeout(settings.grace, async {
-        while tasks.join_next().await.is_some() {}
+        while let Some(done) = tasks.join_next().await {
+            reaped(done);
+        }
     })
     .await;
     if drained.is_err() {
@@ -124,21 +131,50 @@ where
             "rerun-queue: shutdown grace is over; handlers still running are cut short and their messages handed back"
         );
         let _ = phase_tx.send(Phase::Abort);
-        while tasks.join_next().await.is_some() {}
+        while let Some(done) = tasks.join_next().await {
+            reaped(done);
+        }
     }
     ended?;
     let report = *report.lock().unwrap_or_else(|p| p.into_inner());
     Ok(report)
 }
 
+/// A task's end: a handler's panic is caught in it, so a panic here is the runner's own.
+fn reaped(done: Result<(), JoinError>) {
+    if let Err(e) = done {
+        if e.is_panic() {
+            tracing::error!(error = %e, "rerun-queue: a message's task panicked while settling it; the message may be left unsettled");
+        }
+    }
+}
+
+/// What a panic says, if it says it in words.
+fn panic_message(panic: &(dyn Any + Send)) -> &str {
+    panic
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("(no message)")
+}
+
 /// Runs the handler, telling the broker it is still working every so often; `None` when the
 /// shutdown cut it short.
+///
+/// A panicking handler is a retryable failure: left unsettled, its message would wait for the
+/// broker's timer (JetStream: back every `ack_wait`, without backoff, never dead-lettered;
+/// RabbitMQ: held until the channel closes, filling the prefetch window).
 async fn process<D: Delivery, H: Handler + ?Sized>(
     delivery: &D,
     handler: &H,
     mut phase: watch::Receiver<Phase>,
 ) -> Option<Handled> {
-    let mut work = handler.handle(delivery.message());
+    let message = delivery.message();
+    // `handle` is called inside the caught future, so a panic before it returns its future is
+    // caught too. Nothing the handler shares with the runner outlives the panic: the message
+    // is only read, and a rerun call gives its claim back when its future is dropped.
+    let work = AssertUnwindSafe(async move { handler.handle(message).await }).catch_unwind();
+    let mut work = std::pin::pin!(work);
     let every = delivery.progress_every();
     loop {
         let tick = async {
@@ -148,7 +184,16 @@ async fn process<D: Delivery, H: Handler + ?Sized>(
             }
         };
         tokio::select! {
-            handled = &mut work => return Some(handled),
+            handled = &mut work => {
+                return Some(handled.unwrap_or_else(|panic| {
+                    let what = panic_message(&*panic);
+                    tracing::error!(message = %message.describe(), panic = what, "rerun-queue: the handler panicked; this counts as a retryable failure (redelivered with the backoff, dead-lettered after max_deliveries)");
+                    Handled::Failed(Failure::new(
+                        FailureKind::Retryable,
+                        format!("the handler panicked: {what}"),
+                    ))
+                }));
+            }
             _ = tick => {
                 // The broker would redeliver the message to another consumer when its timer
                 // runs out; rerun's lease is being renewed meanwhile, so this handler is alive.

@@ -99,6 +99,7 @@ on_both!(
     poison_does_not_block_the_others,
     unknown_outcome_reconciled_or_dead_lettered,
     slow_handler_keeps_its_message,
+    a_panicking_handler_is_retried_then_dead_lettered,
 );
 
 /// Row 1: ran and recorded → ack; the same event again (another message id) → replayed, ack.
@@ -465,5 +466,52 @@ async fn slow_handler_keeps_its_message(broker: Broker) {
     assert_eq!(starts.load(Ordering::SeqCst), 1, "{a:?} {b:?}");
     assert_eq!(a.ran + b.ran, 1, "{a:?} {b:?}");
     assert_eq!(a.redelivered + b.redelivered, 0, "{a:?} {b:?}");
+    rig.cleanup().await;
+}
+
+/// A handler that panics is a retryable failure: its message is redelivered with the backoff
+/// and dead-lettered after `max_deliveries`, and the others go on (two handler slots, six
+/// messages, while the panicking one comes and goes).
+async fn a_panicking_handler_is_retried_then_dead_lettered(broker: Broker) {
+    let Some(rig) = rig(broker, "panic").await else {
+        return;
+    };
+    let runs = Arc::new(AtomicUsize::new(0));
+    let panics = Arc::new(AtomicUsize::new(0));
+    let (r, p) = (runs.clone(), panics.clone());
+    let h = handler::typed(Arc::new(MemoryStore::new()), move |o: Order| {
+        let (r, p) = (r.clone(), p.clone());
+        async move {
+            if o.id == "o-panic" {
+                p.fetch_add(1, Ordering::SeqCst);
+                panic!("the handler of {} panicked", o.id);
+            }
+            r.fetch_add(1, Ordering::SeqCst);
+            Ok::<_, Error>(o.cents)
+        }
+    });
+    rig.publish(&order("o-panic"), Some("m-panic")).await;
+    for i in 0..6 {
+        rig.publish(&order(&format!("o-{i}")), Some(&format!("m-{i}")))
+            .await;
+    }
+    let settings = Settings::new().max_in_flight(2).policy(
+        Policy::new()
+            .backoff(Duration::from_millis(200), Duration::from_secs(1))
+            .max_deliveries(Some(3)),
+    );
+    let report = consume_until(&rig, h, settings, || {
+        let n = runs.load(Ordering::SeqCst);
+        let rig = &rig;
+        async move { n >= 6 && rig.dead_letters().await >= 1 && rig.outstanding().await == 0 }
+    })
+    .await;
+    assert_eq!(runs.load(Ordering::SeqCst), 6, "{report:?}");
+    assert_eq!(report.ran, 6, "{report:?}");
+    assert_eq!(panics.load(Ordering::SeqCst), 3, "{report:?}");
+    assert_eq!(report.redelivered, 2, "{report:?}");
+    assert_eq!(report.dead_lettered, 1, "{report:?}");
+    assert_eq!(rig.dead_letters().await, 1);
+    assert_eq!(rig.outstanding().await, 0);
     rig.cleanup().await;
 }
