@@ -94,7 +94,8 @@ pub enum FailureKind {
     OutcomeUnknown,
     /// The body is not a payload of the handler's type.
     Undecodable,
-    /// The handler is keyed by the broker's message id and the message has none.
+    /// The handler is keyed by the broker's message id and the message has none (or an empty or
+    /// all-whitespace one).
     NoMessageId,
     /// The handler failed in a way no retry fixes.
     Fatal,

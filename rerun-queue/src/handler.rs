@@ -245,8 +245,8 @@ pub struct ByMessageId<S: ?Sized, F, O, E> {
 
 /// A handler whose dedupe key is the broker's message id (JetStream `Nats-Msg-Id`, AMQP
 /// `message_id`) in `scope`, and whose payload fingerprint is the body: the same id with
-/// another body is a `PayloadMismatch` and is dead-lettered. A message without an id is
-/// dead-lettered too.
+/// another body is a `PayloadMismatch` and is dead-lettered. A message without an id, or with
+/// an empty or all-whitespace one, is dead-lettered too.
 ///
 /// Use it when producers set a stable id per logical message (and retry with the same id);
 /// when a retrying producer may publish one event under new ids, key by the payload with
@@ -314,10 +314,11 @@ where
 {
     fn handle<'a>(&'a self, message: &'a Message) -> BoxFuture<'a, Handled> {
         Box::pin(async move {
-            let Some(id) = message.id() else {
+            // An empty id is no id: as a key it would be one shared by every such message.
+            let Some(id) = message.id().filter(|id| !id.trim().is_empty()) else {
                 return Handled::Failed(Failure::new(
                     FailureKind::NoMessageId,
-                    "the message has no id (JetStream `Nats-Msg-Id` header, AMQP `message_id` property), and this handler is keyed by it",
+                    "the message has no id, or an empty one (JetStream `Nats-Msg-Id` header, AMQP `message_id` property), and this handler is keyed by it",
                 ));
             };
             let call = Call::new(self.scope.clone(), id)
@@ -328,5 +329,41 @@ where
                     .await,
             )
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use rerun_core::MemoryStore;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn an_empty_message_id_is_no_id() {
+        let runs = Arc::new(AtomicUsize::new(0));
+        let r = runs.clone();
+        let h = by_message_id(
+            Arc::new(MemoryStore::new()),
+            "t.by_id",
+            move |m: Message| {
+                let r = r.clone();
+                async move {
+                    r.fetch_add(1, Ordering::SeqCst);
+                    Ok::<_, rerun_core::Error>(m.body().len())
+                }
+            },
+        );
+        for id in ["", " ", "\t \r\n"] {
+            let handled = h.handle(&Message::new("s", &b"a"[..]).with_id(id)).await;
+            assert!(
+                matches!(&handled, Handled::Failed(f) if f.kind == FailureKind::NoMessageId),
+                "{id:?}: {handled:?}"
+            );
+        }
+        assert_eq!(runs.load(Ordering::SeqCst), 0);
+        let msg = Message::new("s", &b"a"[..]).with_id(" m-1 ");
+        assert_eq!(h.handle(&msg).await, Handled::Done { replayed: false });
     }
 }
