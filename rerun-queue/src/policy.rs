@@ -99,9 +99,11 @@ impl Policy {
             Handled::Failed(failure) => failure,
         };
         match failure.kind {
+            // Saturating: a handler or store of one's own may say a lease ends in any span,
+            // up to `Duration::MAX`.
             FailureKind::InProgress { lease_ends_in } => Action::Redeliver(
                 self.in_progress_delay
-                    .min(lease_ends_in + Duration::from_millis(50)),
+                    .min(lease_ends_in.saturating_add(Duration::from_millis(50))),
             ),
             FailureKind::Retryable => match self.max_deliveries {
                 Some(max) if attempt >= max => Action::DeadLetter,
@@ -184,5 +186,22 @@ mod tests {
             forever.decide(&failed(FailureKind::Retryable), 1_000),
             Action::Redeliver(_)
         ));
+    }
+
+    #[test]
+    fn extreme_spans_do_not_overflow() {
+        let never = failed(FailureKind::InProgress {
+            lease_ends_in: Duration::MAX,
+        });
+        assert_eq!(
+            Policy::new().decide(&never, 1),
+            Action::Redeliver(Duration::from_secs(1))
+        );
+        let patient = Policy::new().in_progress_delay(Duration::MAX);
+        assert_eq!(patient.decide(&never, 1), Action::Redeliver(Duration::MAX));
+        // The backoff saturates too.
+        let huge = Policy::new().backoff(Duration::MAX, Duration::MAX);
+        assert_eq!(huge.backoff_after(1), Duration::MAX);
+        assert_eq!(huge.backoff_after(u32::MAX), Duration::MAX);
     }
 }
