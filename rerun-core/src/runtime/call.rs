@@ -133,6 +133,8 @@ impl Call {
         self
     }
     /// At-most-once: the body never starts twice for this key (see [`Call::run_reconciled`]).
+    /// An `Err` the body returns says its effect did not happen: the claim is released and the
+    /// next call runs the body again, as without `once`.
     pub fn once(mut self) -> Call {
         self.options = self.options.once();
         self

@@ -53,7 +53,8 @@ impl Options {
         self.wait = Some(wait);
         self
     }
-    /// At-most-once: the body never starts twice for one key.
+    /// At-most-once: the body never starts twice for one key. An `Err` the body returns says
+    /// its effect did not happen: the claim is released and the next call runs the body again.
     pub const fn once(mut self) -> Options {
         self.once = true;
         self
