@@ -125,15 +125,18 @@ pub(crate) fn nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
-/// The moment `limit` from now, or a century from now when `limit` goes past what an
-/// [`Instant`](std::time::Instant) can hold: a limit of `Duration::MAX` means no limit, never a
-/// panic.
+/// `by` after `at`, or [`MAX_DURATION`](crate::MAX_DURATION) (100 years) after it when the sum
+/// goes past what an [`Instant`](std::time::Instant) can hold: a span of `Duration::MAX` means no
+/// limit, never a panic.
+pub(crate) fn later(at: std::time::Instant, by: Duration) -> std::time::Instant {
+    at.checked_add(by)
+        .or_else(|| at.checked_add(crate::MAX_DURATION))
+        .unwrap_or(at)
+}
+
+/// The moment `limit` from now (see [`later`]).
 pub(crate) fn deadline_in(limit: Duration) -> std::time::Instant {
-    const CENTURY: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
-    let now = std::time::Instant::now();
-    now.checked_add(limit)
-        .or_else(|| now.checked_add(CENTURY))
-        .unwrap_or(now)
+    later(std::time::Instant::now(), limit)
 }
 
 /// Milliseconds of a duration, saturating.

@@ -32,6 +32,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
+use crate::clock::later;
 use crate::error::Error;
 use crate::record::Claim;
 use crate::runtime::telemetry;
@@ -129,11 +130,6 @@ fn renew_interval(lease: Duration) -> Duration {
 /// How soon a failed renewal is tried again.
 fn retry_interval(lease: Duration) -> Duration {
     (lease / 10).clamp(Duration::from_millis(1), Duration::from_secs(1))
-}
-
-fn later(at: Instant, by: Duration) -> Instant {
-    at.checked_add(by)
-        .unwrap_or_else(|| at + Duration::from_secs(100 * 365 * 86_400))
 }
 
 impl Keeper {
