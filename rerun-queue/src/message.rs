@@ -2,6 +2,8 @@
 
 use bytes::Bytes;
 
+use crate::printable::one_line;
+
 /// One delivery of a message, as the broker handed it over.
 ///
 /// The adapters build it from a JetStream message or an AMQP delivery; a handler keyed by the
@@ -67,11 +69,21 @@ impl Message {
         self.attempt
     }
 
-    /// A short description for logs: subject, id and attempt.
+    /// A short description for logs: subject, id and attempt, on one line. Both came from the
+    /// publisher (an AMQP message id may hold any byte), so their line breaks and other control
+    /// characters are written as escapes: a log line cannot be ended, and another forged, by
+    /// what a message carries.
+    ///
+    /// ```
+    /// use rerun_queue::Message;
+    /// let m = Message::new("orders", &b"{}"[..]).with_id("evt-1\r\nWARN forged");
+    /// assert_eq!(m.describe(), "orders (id evt-1\\r\\nWARN forged, attempt 1)");
+    /// ```
     pub fn describe(&self) -> String {
+        let subject = one_line(&self.subject);
         match &self.id {
-            Some(id) => format!("{} (id {id}, attempt {})", self.subject, self.attempt),
-            None => format!("{} (no id, attempt {})", self.subject, self.attempt),
+            Some(id) => format!("{subject} (id {}, attempt {})", one_line(id), self.attempt),
+            None => format!("{subject} (no id, attempt {})", self.attempt),
         }
     }
 }

@@ -188,27 +188,27 @@ impl Source for Pull {
     }
 }
 
+/// The longest `-NAK` delay the server reads: a signed 64-bit count of nanoseconds (292 years).
+/// A longer one (a backoff of `Duration::MAX`) is not an error there but no delay at all, and the
+/// message would come straight back; it is sent as this instead.
+const MAX_NAK_DELAY: Duration = Duration::from_nanos(i64::MAX as u64);
+
 /// The most bytes of a reason a dead-lettered copy's header carries.
 const MAX_REASON_BYTES: usize = 1024;
 
-/// `value` as a header value: control characters escaped (the client writes header values as
-/// they are, so a CR LF in a reason would end its header and start another, such as a
-/// `Nats-Msg-Id` that makes the dead-letter stream drop the copy as a duplicate), and cut to
-/// [`MAX_REASON_BYTES`] on a character boundary.
+/// `value` as a header value: control characters and line separators escaped (the client
+/// writes header values as they are, so a CR LF in a reason would end its header and start
+/// another, such as a `Nats-Msg-Id` that makes the dead-letter stream drop the copy as a
+/// duplicate), and cut to [`MAX_REASON_BYTES`] on a character boundary.
 fn header_value(value: &str) -> String {
     const CUT: &str = "...";
-    let mut out = String::with_capacity(value.len().min(MAX_REASON_BYTES));
-    for c in value.chars() {
-        if out.len() > MAX_REASON_BYTES {
-            break;
-        }
-        if c.is_control() {
-            out.extend(c.escape_default());
-        } else {
-            out.push(c);
-        }
+    // Escaping only lengthens: what lies past the cap's worth of input is cut anyway.
+    let mut take = value.len().min(MAX_REASON_BYTES);
+    while !value.is_char_boundary(take) {
+        take -= 1;
     }
-    if out.len() > MAX_REASON_BYTES {
+    let mut out = crate::printable::one_line(&value[..take]).into_owned();
+    if take < value.len() || out.len() > MAX_REASON_BYTES {
         let mut end = MAX_REASON_BYTES - CUT.len();
         while !out.is_char_boundary(end) {
             end -= 1;
@@ -266,7 +266,8 @@ impl Delivery for JsDelivery {
         self.send(AckKind::Ack).await
     }
     async fn redeliver(&self, after: Duration) -> Result<(), String> {
-        self.send(AckKind::Nak(Some(after))).await
+        self.send(AckKind::Nak(Some(after.min(MAX_NAK_DELAY))))
+            .await
     }
     async fn dead_letter(&self, reason: &str) -> Result<(), String> {
         if let Some(target) = &self.dead_letter {

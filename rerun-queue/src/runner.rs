@@ -278,7 +278,7 @@ async fn settle<D: Delivery>(
                 subject = message.subject(),
                 message_id = message.id().unwrap_or(""),
                 attempt = message.attempt(),
-                reason = %reason,
+                reason = %crate::printable::one_line(&reason),
                 "rerun-queue: message dead-lettered: {}",
                 message.describe()
             );

@@ -515,3 +515,42 @@ async fn a_panicking_handler_is_retried_then_dead_lettered(broker: Broker) {
     assert_eq!(rig.outstanding().await, 0);
     rig.cleanup().await;
 }
+
+/// JetStream reads a `-NAK` delay as a signed 64-bit count of nanoseconds (292 years). A
+/// backoff configured past that (`Duration::MAX`, say) is sent as the most it can read: the
+/// message waits, and does not come back at once in a hot loop until `max_deliveries`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_a_backoff_past_what_the_server_reads_still_waits() {
+    let Some(rig) = rig(Broker::Nats, "longnak").await else {
+        return;
+    };
+    let runs = Arc::new(AtomicUsize::new(0));
+    let r = runs.clone();
+    let h = handler::typed(Arc::new(MemoryStore::new()), move |_: Order| {
+        let r = r.clone();
+        async move {
+            r.fetch_add(1, Ordering::SeqCst);
+            Err::<u64, _>(Error::store_msg(None, "the database is restarting"))
+        }
+    });
+    rig.publish(&order("o-long"), Some("m-long")).await;
+    let settings = Settings::new().max_in_flight(1).policy(
+        Policy::new()
+            .backoff(Duration::MAX, Duration::MAX)
+            .max_deliveries(Some(5)),
+    );
+    let started = Instant::now();
+    let report = consume_until(&rig, h, settings, || {
+        let late = started.elapsed() > Duration::from_millis(1500);
+        async move { late }
+    })
+    .await;
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "{report:?}");
+    assert_eq!(
+        (report.redelivered, report.dead_lettered),
+        (1, 0),
+        "{report:?}"
+    );
+    assert_eq!(rig.dead_letters().await, 0);
+    rig.cleanup().await;
+}
