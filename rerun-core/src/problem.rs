@@ -271,6 +271,35 @@ mod tests {
         );
     }
 
+    /// Which variant `e` is: a variant added to `Error` fails to compile here until `all`
+    /// and the HTTP guide's table of codes have it too.
+    fn variant(e: &Error) -> usize {
+        match e {
+            Error::InProgress { .. } => 0,
+            Error::PayloadMismatch { .. } => 1,
+            Error::OutcomeUnknown { .. } => 2,
+            Error::LeaseLost { .. } => 3,
+            Error::Store { .. } => 4,
+            Error::Corrupt { .. } => 5,
+            Error::Codec { .. } => 6,
+            Error::Config { .. } => 7,
+        }
+    }
+
+    #[test]
+    fn every_code_is_in_the_http_guide() {
+        let variants: Vec<usize> = all().iter().map(variant).collect();
+        assert_eq!(variants, (0..8).collect::<Vec<_>>());
+        let guide = include_str!("../../docs/http.md");
+        for e in all() {
+            let code = e.problem().code();
+            assert!(
+                guide.contains(&format!("| `{code}` |")),
+                "docs/http.md has no row for the code {code}"
+            );
+        }
+    }
+
     #[test]
     fn bodies_name_no_process_host_or_store() {
         for e in all() {

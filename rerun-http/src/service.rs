@@ -430,3 +430,51 @@ impl<F: Future> Future for CatchPanic<F> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::KeyError;
+
+    /// The codes of the problems this file answers itself: the string after the status of
+    /// each `Problem::new(`.
+    fn own_codes() -> Vec<&'static str> {
+        let source = include_str!("service.rs");
+        let mut codes = Vec::new();
+        let mut rest = source;
+        while let Some(at) = rest.find("Problem::new(\n") {
+            rest = &rest[at + "Problem::new(\n".len()..];
+            let mut lines = rest.lines().skip(1);
+            if let Some(code) = lines
+                .next()
+                .map(str::trim)
+                .and_then(|l| l.strip_prefix('"'))
+                .and_then(|l| l.strip_suffix("\","))
+            {
+                codes.push(code);
+            }
+        }
+        codes
+    }
+
+    #[test]
+    fn every_code_is_in_the_http_guide() {
+        let mut codes = own_codes();
+        assert_eq!(
+            codes,
+            [
+                "body_too_large",
+                "body_unreadable",
+                "response_failed",
+                "handler_failed"
+            ]
+        );
+        codes.extend([KeyError::Missing, KeyError::Empty].map(|e| e.problem().code()));
+        let guide = include_str!("../../docs/http.md");
+        for code in codes {
+            assert!(
+                guide.contains(&format!("| `{code}` |")),
+                "docs/http.md has no row for the code {code}"
+            );
+        }
+    }
+}
