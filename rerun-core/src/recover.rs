@@ -55,6 +55,9 @@ pub struct Recovery {
     pub moved_meanwhile: u64,
     /// Completed records past their ttl, deleted.
     pub purged: u64,
+    /// Records that could not be read (each logged at `warn`), left as they are: their calls
+    /// fail with `Corrupt` until an operator forgets them. The others are recovered anyway.
+    pub unreadable: u64,
 }
 
 impl Recovery {
@@ -77,7 +80,15 @@ impl fmt::Display for Recovery {
             self.live,
             self.moved_meanwhile,
             self.unknown
-        )
+        )?;
+        if self.unreadable > 0 {
+            write!(
+                f,
+                "; {} unreadable records left as they are (forget them to run their keys again)",
+                self.unreadable
+            )?;
+        }
+        Ok(())
     }
 }
 
@@ -203,6 +214,14 @@ impl<'s, 'p, S: Store + ?Sized> Recover<'s, 'p, S> {
         let mut cursor: Option<String> = None;
         loop {
             let page = store.scan_filtered(&filter, cursor.as_deref(), PAGE)?;
+            for bad in page
+                .unreadable
+                .iter()
+                .filter(|u| filter.holds_scope(u.key.scope()))
+            {
+                done.unreadable += 1;
+                tracing::warn!(key = %bad.key, problem = %bad.kind, "rerun recovery: a record cannot be read; it is left as it is, and its calls fail with Corrupt until it is forgotten");
+            }
             for record in page.records.iter().filter(|r| filter.matches(r)) {
                 done.scanned += 1;
                 match record.status {

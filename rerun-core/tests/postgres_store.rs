@@ -789,6 +789,43 @@ fn corrupt_rows_are_typed_and_untouched() {
     claimed(store.claim(&request(&key, &fp, &h, LONG)));
 }
 
+/// A scan reads past rows it cannot read, one a page: a bad state, and a key whose escapes do
+/// not decode (the cursor goes on from the row as stored, not from an escaped copy of it that
+/// sorts before it and would page back to it for ever).
+#[test]
+fn a_scan_reads_past_rows_that_cannot_be_read() {
+    let Some(url) = url() else { return };
+    let (store, t) = fresh(&url, "scanpast");
+    for k in ["a", "b", "c", "d"] {
+        Call::new("s", k).run(&store, || Ok::<_, Error>(1)).unwrap();
+    }
+    let id = |k: &str| Key::new("s", k).id().to_owned();
+    let (b, c) = (id("b"), id("c"));
+    let table = &t.name;
+    psql(
+        &url,
+        &format!("UPDATE \"{table}\" SET status = 'bogus' WHERE id = '{b}'"),
+    )
+    .unwrap();
+    psql(
+        &url,
+        &format!("UPDATE \"{table}\" SET id = '{c}\\q' WHERE id = '{c}'"),
+    )
+    .unwrap();
+    let (mut records, mut unreadable, mut cursor) = (Vec::new(), Vec::new(), None);
+    for _ in 0..20 {
+        let page = store.scan(cursor.as_deref(), 1).unwrap();
+        records.extend(page.records.into_iter().map(|r| r.key.id().to_owned()));
+        unreadable.extend(page.unreadable.into_iter().map(|u| u.key.id().to_owned()));
+        match page.next {
+            Some(next) => cursor = Some(next),
+            None => break,
+        }
+    }
+    assert_eq!(records, [id("a"), id("d")]);
+    assert_eq!(unreadable, [b, format!("{c}\\q")]);
+}
+
 #[test]
 fn table_and_schema_options_and_url_parameters() {
     let Some(url) = url() else { return };

@@ -425,6 +425,58 @@ fn another_type_at_the_key_is_corrupt() {
     cleanup(&url, &name);
 }
 
+/// Redis keeps no index of states, so a scan (a recovery's included) reads every record of its
+/// scopes: one that cannot be read is named in the page and read past, and a recovery still
+/// releases the stale claim beside it (it failed as a whole before).
+#[test]
+fn a_scan_and_a_recovery_read_past_a_record_that_cannot_be_read() {
+    let Some(url) = url() else { return };
+    let name = unique("scanpast");
+    let store = store(&url, &name);
+    for k in ["a", "b"] {
+        Call::new("s", k).run(&store, || Ok::<_, Error>(1)).unwrap();
+    }
+    let bad = Key::new("s", "bad");
+    let _: () = redis::cmd("SET")
+        .arg(store.record_key(&bad))
+        .arg("not a record")
+        .query(&mut raw(&url))
+        .unwrap();
+    let stuck = Key::new("s", "stuck");
+    let fp = Fingerprint::of(&()).unwrap();
+    claimed(claim(
+        &store,
+        &stuck,
+        &fp,
+        &remote(),
+        Duration::from_millis(200),
+        None,
+    ));
+    let (mut records, mut unreadable, mut cursor) = (BTreeSet::new(), Vec::new(), None);
+    loop {
+        let page = store.scan(cursor.as_deref(), 1).unwrap();
+        records.extend(page.records.into_iter().map(|r| r.key.readable_id()));
+        unreadable.extend(page.unreadable);
+        match page.next {
+            Some(next) => cursor = Some(next),
+            None => break,
+        }
+    }
+    assert_eq!(
+        records,
+        BTreeSet::from(["a".into(), "b".into(), "stuck".into()])
+    );
+    assert_eq!(unreadable.len(), 1, "{unreadable:?}");
+    assert_eq!(unreadable[0].key, bad);
+    std::thread::sleep(Duration::from_millis(300));
+    let done = rerun_core::recover(&store).unwrap();
+    assert_eq!((done.released, done.unreadable), (1, 1), "{done}");
+    assert!(done.to_string().contains("1 unreadable"), "{done}");
+    let after = store.inspect(&stuck).unwrap().map(|r| r.status);
+    assert!(after.is_none_or(|s| s == Status::Released), "{after:?}");
+    cleanup(&url, &name);
+}
+
 #[test]
 fn too_large_is_a_typed_error_before_anything_is_written() {
     let Some(url) = url() else { return };

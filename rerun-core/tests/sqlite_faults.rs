@@ -295,6 +295,58 @@ fn a_malformed_row_is_corrupt_and_left_untouched() {
     );
 }
 
+/// A scan reads past a malformed row, page by page (a page of one row that cannot be read
+/// still moves the cursor on), and names it.
+#[test]
+fn a_scan_reads_past_a_malformed_row() {
+    let dir = dir();
+    let path = dir.path().join("scan.sqlite3");
+    let store = SqliteStore::open(&path).unwrap();
+    for k in ["a", "b", "c"] {
+        Call::new("s", k).run(&store, || Ok::<_, Error>(1)).unwrap();
+    }
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    conn.execute(
+        "UPDATE rerun_records SET status = 'exploded' WHERE id = ?1",
+        [Key::new("s", "b").id()],
+    )
+    .unwrap();
+    let (mut records, mut unreadable, mut cursor) = (Vec::new(), Vec::new(), None);
+    loop {
+        let page = store.scan(cursor.as_deref(), 1).unwrap();
+        records.extend(page.records.into_iter().map(|r| r.key));
+        unreadable.extend(page.unreadable);
+        match page.next {
+            Some(next) => cursor = Some(next),
+            None => break,
+        }
+    }
+    assert_eq!(records, [Key::new("s", "a"), Key::new("s", "c")]);
+    assert_eq!(unreadable.len(), 1);
+    assert_eq!(unreadable[0].key, Key::new("s", "b"));
+    assert!(
+        unreadable[0].kind.to_string().contains("exploded"),
+        "{:?}",
+        unreadable[0]
+    );
+    // Filtered by scope it is there too; by another scope it is not.
+    let filter = rerun_core::store::ScanFilter::new().scope_prefix("s");
+    assert_eq!(
+        store
+            .scan_filtered(&filter, None, 10)
+            .unwrap()
+            .unreadable
+            .len(),
+        1
+    );
+    let other = rerun_core::store::ScanFilter::new().scope_prefix("t");
+    assert!(store
+        .scan_filtered(&other, None, 10)
+        .unwrap()
+        .unreadable
+        .is_empty());
+}
+
 #[test]
 fn many_openers_of_a_new_file_create_the_schema_once() {
     let dir = dir();

@@ -56,7 +56,7 @@ pub struct Failure {
 }
 
 impl Failure {
-    fn new(kind: Kind, message: impl Into<String>) -> Failure {
+    pub(crate) fn new(kind: Kind, message: impl Into<String>) -> Failure {
         Failure {
             kind,
             message: message.into(),

@@ -30,12 +30,13 @@
 //! | code | meaning |
 //! |---|---|
 //! | 0 | success (an `ls` that matches nothing is a success with an empty list) |
-//! | 1 | the record was not found, a safety check refused (a live claim without `--force`, no `--yes` and no terminal to ask on, a "no" at the prompt), or a record is corrupt or written by a newer rerun |
+//! | 1 | the record was not found, a safety check refused (a live claim without `--force`, no `--yes` and no terminal to ask on, a "no" at the prompt), or a record is corrupt or written by a newer rerun (`ls` lists the others first) |
 //! | 2 | bad usage (unknown flags, a key that does not parse, a store that does not exist) or a store error (unreachable server, refused credentials) |
 //!
 //! Errors go to stderr and say what to do; with `--json`, stdout also gets one document
 //! `{"error": {"kind", "message", "help", "exit_code"}}` unless the command already printed its
-//! own (`show` of a corrupt record prints the record, then exits 1).
+//! own (`show` of a corrupt record prints the record, then exits 1; `ls` lists the records it
+//! could read, then exits 1 naming those it could not).
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 

@@ -425,8 +425,9 @@ fn corrupt_records_on_sqlite() {
     corrupt_records_on(&Backend::sqlite());
 }
 
-/// A record whose row itself is malformed cannot be listed or shown (exit 1, naming the key
-/// and how to clear it), and `forget` clears it.
+/// A record whose row itself is malformed cannot be shown (exit 1, naming the key and how to
+/// clear it); `ls` and `stats` read past it (the other records are listed and counted, and the
+/// listing exits 1 naming it), and `forget` clears it.
 #[test]
 fn a_malformed_row_on_sqlite() {
     let store = Backend::sqlite();
@@ -434,6 +435,11 @@ fn a_malformed_row_on_sqlite() {
     Call::with_key(key.clone())
         .run(&*store.open(), || Ok::<_, Error>(1))
         .expect("a record");
+    for good in ["evt_a", "evt_z"] {
+        Call::new("billing.charge", good)
+            .run(&*store.open(), || Ok::<_, Error>(2))
+            .expect("a record");
+    }
     let Backend::Sqlite { path, .. } = &store else {
         return;
     };
@@ -448,6 +454,29 @@ fn a_malformed_row_on_sqlite() {
         ls.stderr.contains("evt_odd") && ls.stderr.contains("forget billing.charge evt_odd --yes"),
         "{}",
         ls.stderr
+    );
+    assert!(
+        ls.stdout.contains("evt_a")
+            && ls.stdout.contains("evt_z")
+            && !ls.stdout.contains("evt_odd"),
+        "{}",
+        ls.stdout
+    );
+    let doc = on(&store, &["ls", "--json"]).expect(1).json();
+    assert_eq!(doc["count"], 2, "{doc:#}");
+    assert_eq!(doc["unreadable"][0]["key"], "evt_odd", "{doc:#}");
+    assert!(
+        doc["unreadable"][0]["problem"]
+            .as_str()
+            .is_some_and(|p| p.contains("exploded")),
+        "{doc:#}"
+    );
+    assert!(doc.get("error").is_none(), "one document only: {doc:#}");
+    let stats = on(&store, &["stats", "--json"]).expect(0).json();
+    assert_eq!(
+        (stats["total"].as_u64(), stats["unreadable"].as_u64()),
+        (Some(2), Some(1)),
+        "{stats:#}"
     );
     let run = on(&store, &["show", "billing.charge", "evt_odd", "--json"]).expect(1);
     assert_eq!(run.json()["error"]["kind"], "corrupt");

@@ -15,7 +15,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::error::Error;
+use crate::error::{CorruptKind, Error};
 use crate::key::Key;
 use crate::record::{Claim, ClaimRequest, ClaimResponse, RecordView, Status};
 
@@ -35,8 +35,44 @@ pub mod sqlite;
 pub struct ScanPage {
     /// The records of this page.
     pub records: Vec<RecordView>,
+    /// The records of this page that could not be read (their call fails with
+    /// [`Error::Corrupt`]): a scan reads past them, so that one damaged record does not hide
+    /// every other from a listing or a recovery. A filtered scan returns those of its scopes
+    /// that it read (a store that selects states in its query may not read one whose state is
+    /// what is damaged).
+    pub unreadable: Vec<Unreadable>,
     /// Where the next page starts; `None` when this was the last.
     pub next: Option<String>,
+}
+
+/// A record a scan found but could not read: its key and what is wrong with it. It is left as it
+/// is; [`Store::forget`] removes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unreadable {
+    /// The record's key.
+    pub key: Key,
+    /// What is wrong with it.
+    pub kind: CorruptKind,
+}
+
+impl Unreadable {
+    /// The record of a store error, if the error says a record is corrupt: what a scan puts in
+    /// [`ScanPage::unreadable`]; any other error ends the scan.
+    ///
+    /// ```
+    /// use rerun_core::store::Unreadable;
+    /// use rerun_core::{CorruptKind, Error, Key};
+    /// let key = Key::new("s", "k");
+    /// let bad = Error::corrupt(&key, CorruptKind::Checksum);
+    /// assert_eq!(Unreadable::of(bad).ok().map(|u| u.key), Some(key));
+    /// assert!(Unreadable::of(Error::config("no")).is_err());
+    /// ```
+    pub fn of(error: Error) -> Result<Unreadable, Error> {
+        match error {
+            Error::Corrupt { key, kind } => Ok(Unreadable { key, kind }),
+            other => Err(other),
+        }
+    }
 }
 
 /// Which records a scan returns: see [`Store::scan_filtered`].
@@ -87,10 +123,15 @@ impl ScanFilter {
     }
     /// Whether `record` is one this filter selects.
     pub fn matches(&self, record: &RecordView) -> bool {
+        self.holds_scope(record.key.scope())
+            && (self.statuses.is_empty() || self.statuses.contains(&record.status))
+    }
+    /// Whether `scope` is one of the scopes this filter selects (the records a scan could not
+    /// read are selected by scope alone: their state is unknown).
+    pub fn holds_scope(&self, scope: &str) -> bool {
         self.scope_prefix
             .as_deref()
-            .is_none_or(|p| record.key.scope().starts_with(p))
-            && (self.statuses.is_empty() || self.statuses.contains(&record.status))
+            .is_none_or(|p| scope.starts_with(p))
     }
     /// The smallest scope above every scope that starts with the prefix (`None`: no bound),
     /// for stores that page in byte order: the prefix with its last character incremented.
@@ -173,6 +214,8 @@ pub trait Store: Send + Sync {
     ) -> Result<ScanPage, Error> {
         let mut page = self.scan(cursor, limit)?;
         page.records.retain(|r| filter.matches(r));
+        page.unreadable
+            .retain(|u| filter.holds_scope(u.key.scope()));
         if filter.skip_results {
             for r in &mut page.records {
                 r.result = None;

@@ -14,12 +14,12 @@ use std::hash::{DefaultHasher, Hash as _, Hasher as _};
 use std::time::Duration;
 
 use clap::ValueEnum;
-use rerun_core::store::ScanFilter;
+use rerun_core::store::{ScanFilter, Unreadable};
 use rerun_core::{RecordView, Status, Store};
 use serde::Serialize;
 
 use crate::cli::Context;
-use crate::failure::Failure;
+use crate::failure::{Failure, Kind};
 use crate::output::{self, RecordJson, ResultJson, Table};
 use crate::progress::Progress;
 
@@ -38,7 +38,9 @@ JSON: {\"store\", \"records\": [{\"scope\", \"key\", \"status\", \"fence\", \"on
 \"holder\": {\"host\", \"pid\", \"boot_id\", \"pid_ns\", \"start_time\", \"attempt\"} | null,
 \"holder_alive\": \"alive\"|\"dead\"|\"unknown\"|null, \"live\", \"lease_remaining_ms\",
 \"expires_in_ms\", and with --results \"result\": {\"bytes\", \"rendered\", \"cut\", \"corrupt\"} | null}],
-\"count\", \"more\" (the limit stopped the listing: more may match), \"limit\", \"scanned\"}";
+\"count\", \"more\" (the limit stopped the listing: more may match), \"limit\", \"scanned\",
+\"unreadable\": [{\"scope\", \"key\", \"problem\"}] (records that cannot be read: the listing reads past
+them; `forget` removes one)}";
 
 /// Characters of a key shown in a table before it is cut (`--json` prints every key whole).
 const KEY_SHOWN: usize = 256;
@@ -116,6 +118,14 @@ struct Document<'a> {
     more: bool,
     limit: usize,
     scanned: u64,
+    unreadable: Vec<UnreadableJson>,
+}
+
+#[derive(Serialize)]
+struct UnreadableJson {
+    scope: String,
+    key: String,
+    problem: String,
 }
 
 /// What a listing found.
@@ -126,6 +136,8 @@ pub struct Listing {
     pub more: bool,
     /// Records the store returned.
     pub scanned: u64,
+    /// Records of the scopes asked for that could not be read, read past.
+    pub unreadable: Vec<Unreadable>,
 }
 
 /// Lists records as `args` asks, without printing.
@@ -152,13 +164,21 @@ pub fn list<S: Store + ?Sized>(
         records: Vec::new(),
         more: false,
         scanned: 0,
+        unreadable: Vec::new(),
     };
     // A store may return a record twice across pages (Redis' SCAN does): list it once.
     let mut seen: HashSet<u64> = HashSet::new();
     let mut cursor: Option<String> = None;
     'pages: loop {
         let page = store.scan_filtered(&filter, cursor.as_deref(), page_size)?;
-        listing.scanned += page.records.len() as u64;
+        listing.scanned += (page.records.len() + page.unreadable.len()) as u64;
+        for bad in page.unreadable {
+            let mut h = DefaultHasher::new();
+            bad.key.hash(&mut h);
+            if filter.holds_scope(bad.key.scope()) && seen.insert(h.finish()) {
+                listing.unreadable.push(bad);
+            }
+        }
         for record in page.records {
             if !filter.matches(&record) || !older(&record, args.older_than) {
                 continue;
@@ -230,14 +250,24 @@ pub fn run(ctx: &Context, args: &Args) -> Result<(), Failure> {
                 }),
             })
             .collect();
-        return output::print_json(&Document {
+        output::print_json(&Document {
             store: &opened.name,
             count: listing.records.len(),
             records,
             more: listing.more,
             limit: args.limit,
             scanned: listing.scanned,
-        });
+            unreadable: listing
+                .unreadable
+                .iter()
+                .map(|u| UnreadableJson {
+                    scope: u.key.scope().to_owned(),
+                    key: u.key.readable_id(),
+                    problem: u.kind.to_string(),
+                })
+                .collect(),
+        })?;
+        return unreadable(&listing.unreadable);
     }
 
     let mut columns = vec![
@@ -275,8 +305,10 @@ pub fn run(ctx: &Context, args: &Args) -> Result<(), Failure> {
         table.row(row);
     }
     if table.is_empty() {
-        output::note("no records match");
-        return Ok(());
+        if listing.unreadable.is_empty() {
+            output::note("no records match");
+        }
+        return unreadable(&listing.unreadable);
     }
     output::print_text(&table.render())?;
     if listing.more {
@@ -285,7 +317,39 @@ pub fn run(ctx: &Context, args: &Args) -> Result<(), Failure> {
             args.limit
         ));
     }
-    Ok(())
+    unreadable(&listing.unreadable)
+}
+
+/// The failure (exit 1) of a listing that read past records it could not read, once the others
+/// are printed: one is described as `show` would; several are named, with what to do.
+fn unreadable(records: &[Unreadable]) -> Result<(), Failure> {
+    let named = |u: &Unreadable| {
+        format!(
+            "{} {}",
+            output::scope(u.key.scope()),
+            output::cut(&u.key.readable_id(), KEY_SHOWN)
+        )
+    };
+    let failure = match records {
+        [] => return Ok(()),
+        [one] => Failure::corrupt(&one.key, &one.kind),
+        several => {
+            let mut list: Vec<String> = several.iter().take(5).map(named).collect();
+            if several.len() > 5 {
+                list.push(format!("and {} more", several.len() - 5));
+            }
+            Failure::new(
+                Kind::Corrupt,
+                format!(
+                    "{} records cannot be read and were left untouched: {}",
+                    several.len(),
+                    list.join(", ")
+                ),
+            )
+            .help("`rerunctl show SCOPE KEY` says what is wrong with each; once you know what its last run did, `rerunctl forget SCOPE KEY --yes` lets its next call run afresh")
+        }
+    };
+    Err(failure.after_document())
 }
 
 #[cfg(test)]

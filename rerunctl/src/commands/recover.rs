@@ -24,7 +24,8 @@ Reads only in-progress and unknown records. Every change is fenced: safe beside 
 services and another recovery. --dry-run changes nothing and counts what would change.
 
 JSON: {\"store\", \"dry_run\", \"scope\" | null, \"scanned\", \"released\", \"marked_unknown\",
-\"unknown\", \"live\", \"moved_meanwhile\", \"purged\"}";
+\"unknown\", \"live\", \"moved_meanwhile\", \"purged\", \"unreadable\" (records that cannot be read, left
+as they are; `rerunctl ls` names them)}";
 
 /// The arguments of `recover`.
 #[derive(Debug, clap::Args)]
@@ -49,6 +50,7 @@ struct Document<'a> {
     live: u64,
     moved_meanwhile: u64,
     purged: u64,
+    unreadable: u64,
 }
 
 /// Runs `recover`.
@@ -89,12 +91,18 @@ pub fn run(ctx: &Context, args: &Args) -> Result<(), Failure> {
             live: done.live,
             moved_meanwhile: done.moved_meanwhile,
             purged: done.purged,
+            unreadable: done.unreadable,
         });
     }
     output::print_text(&human(&opened.name, args, &done))?;
     if done.unknown + done.marked_unknown > 0 {
         output::note(
             "unknown outcomes await a decision: `rerunctl ls --status unknown` lists them; check what each did, then `rerunctl forget SCOPE KEY`",
+        );
+    }
+    if done.unreadable > 0 {
+        output::note(
+            "records that cannot be read were left as they are: `rerunctl ls` names them, `rerunctl show SCOPE KEY` says what is wrong",
         );
     }
     Ok(())
@@ -145,6 +153,10 @@ fn human(store: &str, args: &Args, done: &Recovery) -> String {
             "moved by another process meanwhile".to_owned(),
         ),
         (done.purged, purged),
+        (
+            done.unreadable,
+            "unreadable records left as they are".to_owned(),
+        ),
     ];
     let mut table = Table::new(&[("", true), ("", false)]);
     for (n, what) in rows {

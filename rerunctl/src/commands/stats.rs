@@ -25,7 +25,8 @@ Count records by scope and status, and name the oldest in-progress and unknown r
 Reads no result body. \"Oldest\" goes by the records' age; where the store does not know
 ages, the first such record found stands in (with \"age_ms\": null).
 
-JSON: {\"store\", \"scope_prefix\" | null, \"total\", \"scanned\",
+JSON: {\"store\", \"scope_prefix\" | null, \"total\", \"scanned\", \"unreadable\" (records that
+cannot be read, not in the counts),
 \"by_status\": {\"in_progress\", \"completed\", \"released\", \"unknown\"},
 \"scopes\": [{\"scope\", \"in_progress\", \"completed\", \"released\", \"unknown\", \"total\"}],
 \"oldest_in_progress\": {a record as in `ls`} | null, \"oldest_unknown\": {…} | null}";
@@ -78,6 +79,8 @@ pub struct Stats {
     pub all: Counts,
     /// Records the store returned (duplicates included).
     pub scanned: u64,
+    /// Records that could not be read (duplicates included), not counted by status.
+    pub unreadable: u64,
     /// The oldest in-progress record.
     pub oldest_in_progress: Option<RecordView>,
     /// The oldest record in the unknown state.
@@ -112,6 +115,7 @@ pub fn collect<S: Store + ?Sized>(
     loop {
         let page = store.scan_filtered(&filter, cursor.as_deref(), PAGE)?;
         stats.scanned += page.records.len() as u64;
+        stats.unreadable += page.unreadable.len() as u64;
         for r in page.records.iter().filter(|r| filter.matches(r)) {
             let mut h = DefaultHasher::new();
             r.key.hash(&mut h);
@@ -156,6 +160,7 @@ struct Document<'a> {
     scope_prefix: Option<&'a str>,
     total: u64,
     scanned: u64,
+    unreadable: u64,
     by_status: Counts,
     scopes: Vec<ScopeJson<'a>>,
     oldest_in_progress: Option<RecordJson>,
@@ -176,6 +181,7 @@ pub fn run(ctx: &Context, args: &Args) -> Result<(), Failure> {
             scope_prefix: args.scope.as_deref(),
             total: stats.all.total(),
             scanned: stats.scanned,
+            unreadable: stats.unreadable,
             by_status: stats.all,
             scopes: stats
                 .scopes
@@ -221,6 +227,12 @@ pub fn run(ctx: &Context, args: &Args) -> Result<(), Failure> {
         ("oldest unknown", &stats.oldest_unknown),
     ] {
         text.push_str(&format!("{label:<19} {}\n", describe(record.as_ref())));
+    }
+    if stats.unreadable > 0 {
+        text.push_str(&format!(
+            "{:<19} {} (not counted above; `rerunctl ls` names them)\n",
+            "unreadable", stats.unreadable
+        ));
     }
     output::print_text(&text)
 }

@@ -280,6 +280,7 @@ impl Store for Inner {
                 .into_iter()
                 .filter_map(|k| records.get(k).map(|r| r.view(k, now)))
                 .collect(),
+            unreadable: Vec::new(),
             next,
         })
     }

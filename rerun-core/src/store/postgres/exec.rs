@@ -16,7 +16,7 @@ use crate::record::{
 use crate::store::postgres::error::store_error;
 use crate::store::postgres::pool::Session;
 use crate::store::postgres::sql::{from_text, to_text, ScanShape, Sql, Stmt};
-use crate::store::{decode_cursor, encode_cursor, ScanFilter, ScanPage};
+use crate::store::{decode_cursor, encode_cursor, ScanFilter, ScanPage, Unreadable};
 
 /// How often a claim re-runs its statement when a concurrent claim changed the record between
 /// the statement's snapshot and its row lock. Each re-run sees a newer snapshot; running out
@@ -171,7 +171,7 @@ pub(crate) async fn exec(session: &mut Session, sql: &Sql, op: Op<'_>) -> Result
             Ok(Reply::Record(row.map(|r| view(&r)).transpose()?))
         }
         Op::Scan(filter, cursor, limit) => {
-            let after = cursor.map(decode_cursor).transpose()?;
+            let after = cursor.map(decode_text_cursor).transpose()?;
             let limit = limit.max(1);
             let upper = filter.scope_upper_bound();
             let open = [Status::InProgress, Status::Unknown];
@@ -187,11 +187,8 @@ pub(crate) async fn exec(session: &mut Session, sql: &Sql, op: Op<'_>) -> Result
                 .scan_statement(sql, &shape)
                 .await
                 .map_err(|e| op.fail(e))?;
-            let (scope, id) = after
-                .as_ref()
-                .map(|k| (to_text(k.scope()), to_text(k.id())))
-                .unwrap_or_default();
             let from_start = after.is_none();
+            let (scope, id) = after.unwrap_or_default();
             let limit_param = i64::try_from(limit).unwrap_or(i64::MAX);
             let prefix = filter.scope_prefix.as_deref().map(to_text);
             let statuses: Vec<&str> = filter.statuses.iter().map(|s| s.as_str()).collect();
@@ -210,11 +207,19 @@ pub(crate) async fn exec(session: &mut Session, sql: &Sql, op: Op<'_>) -> Result
                 .query(&stmt, &params)
                 .await
                 .map_err(|e| op.fail(e))?;
-            let records = rows.iter().map(view).collect::<Result<Vec<_>, _>>()?;
-            let next = (records.len() == limit)
-                .then(|| records.last().map(|r| encode_cursor(&r.key)))
+            let mut page = ScanPage::default();
+            for row in &rows {
+                // Read past a damaged row: one must not hide the others.
+                match view(row) {
+                    Ok(record) => page.records.push(record),
+                    Err(e) => page.unreadable.push(Unreadable::of(e)?),
+                }
+            }
+            // The next page starts after the last row as stored, damaged or not.
+            page.next = (rows.len() == limit)
+                .then(|| rows.last().map(text_cursor))
                 .flatten();
-            Ok(Reply::Page(ScanPage { records, next }))
+            Ok(Reply::Page(page))
         }
         Op::Purge(limit) => {
             let stmt = session
@@ -465,6 +470,38 @@ fn answer(key: &Key, req: &ClaimRequest<'_>, row: &Row) -> Result<Option<ClaimRe
             _ => None,
         },
     })
+}
+
+/// Marks a cursor that holds a key as the table stores it (escaped; see [`to_text`]).
+const TEXT_CURSOR: char = '~';
+
+/// The cursor after a scan row: its key's columns as stored, so that a row whose key does not
+/// decode is still passed (a cursor of a decoded key would be escaped again, and sort before it).
+fn text_cursor(row: &Row) -> String {
+    let scope: String = row.try_get(0).unwrap_or_default();
+    let id: String = row.try_get(1).unwrap_or_default();
+    format!(
+        "{TEXT_CURSOR}{}",
+        encode_cursor(&Key::from_parts(scope, id))
+    )
+}
+
+/// A scan cursor as the key's stored columns: [`text_cursor`]'s, or a plain
+/// [`encode_cursor`] of a key (escaped here).
+fn decode_text_cursor(cursor: &str) -> Result<(String, String), Error> {
+    match cursor.strip_prefix(TEXT_CURSOR) {
+        Some(stored) => {
+            let k = decode_cursor(stored)?;
+            Ok((k.scope().to_owned(), k.id().to_owned()))
+        }
+        None => {
+            let k = decode_cursor(cursor)?;
+            Ok((
+                to_text(k.scope()).into_owned(),
+                to_text(k.id()).into_owned(),
+            ))
+        }
+    }
 }
 
 /// Reads an inspect/scan row.

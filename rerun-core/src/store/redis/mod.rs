@@ -814,21 +814,33 @@ impl Store for RedisStore {
                 },
             )?
         };
-        let mut records = Vec::with_capacity(keys.len());
+        let mut page = ScanPage {
+            records: Vec::with_capacity(keys.len()),
+            unreadable: Vec::new(),
+            next: (cursor != 0).then(|| cursor.to_string()),
+        };
         for ((key, name), reply) in keys.iter().zip(&replies) {
-            if let Some(mut view) = parse_view(key, name, reply)? {
+            // Read past a damaged record: one must not hide the others.
+            let view = match parse_view(key, name, reply) {
+                Ok(view) => view,
+                Err(e) => {
+                    let unreadable = crate::store::Unreadable::of(e)?;
+                    if filter.holds_scope(unreadable.key.scope()) {
+                        page.unreadable.push(unreadable);
+                    }
+                    continue;
+                }
+            };
+            if let Some(mut view) = view {
                 if filter.matches(&view) {
                     if filter.skip_results {
                         view.result = None;
                     }
-                    records.push(view);
+                    page.records.push(view);
                 }
             }
         }
-        Ok(ScanPage {
-            records,
-            next: (cursor != 0).then(|| cursor.to_string()),
-        })
+        Ok(page)
     }
 
     fn purge_expired(&self, _limit: usize) -> Result<u64, Error> {

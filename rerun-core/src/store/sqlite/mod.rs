@@ -41,6 +41,7 @@ use crate::record::{
 };
 use crate::store::{
     async_via_sync, call_deadline, decode_cursor, encode_cursor, ScanFilter, ScanPage, Store,
+    Unreadable,
 };
 
 use pool::{Conn, Pool};
@@ -744,16 +745,26 @@ impl Store for SqliteStore {
                 })
                 .map_err(|e| sql_err(None, "scanning records", e))?;
             let now = self.inner.clock.now();
-            let mut out = Vec::new();
+            let mut page = ScanPage::default();
+            let mut read = 0;
+            let mut last = None;
             for row in rows {
                 let (rec, key) = row.map_err(|e| sql_err(None, "scanning records", e))?;
-                let rec = rec.map_err(|kind| Error::corrupt(&key, kind))?;
-                out.push(rec.view(&key, now, this_boot()));
+                match rec {
+                    Ok(rec) => page.records.push(rec.view(&key, now, this_boot())),
+                    // Read past: one damaged row must not hide the others.
+                    Err(kind) => page.unreadable.push(Unreadable {
+                        key: key.clone(),
+                        kind,
+                    }),
+                }
+                read += 1;
+                last = Some(key);
             }
-            let next = (out.len() == limit)
-                .then(|| out.last().map(|r| encode_cursor(&r.key)))
+            page.next = (read == limit)
+                .then(|| last.map(|k| encode_cursor(&k)))
                 .flatten();
-            Ok(ScanPage { records: out, next })
+            Ok(page)
         })
     }
 
