@@ -18,7 +18,7 @@
 
 use std::fmt;
 
-use crate::error::Error;
+use crate::error::{CorruptKind, Error};
 use crate::holder::Liveness;
 use crate::record::{Claim, RecordView, Status};
 use crate::store::{ScanFilter, Store};
@@ -55,8 +55,10 @@ pub struct Recovery {
     pub moved_meanwhile: u64,
     /// Completed records past their ttl, deleted.
     pub purged: u64,
-    /// Records that could not be read (each logged at `warn`), left as they are: their calls
-    /// fail with `Corrupt` until an operator forgets them. The others are recovered anyway.
+    /// Records that could not be read (each logged at `warn`; on Redis, whose scan may return a
+    /// record twice, perhaps counted twice), left as they are: damaged ones fail their calls
+    /// with `Corrupt` until an operator forgets them; ones a newer rerun wrote are that
+    /// version's to read. The others are recovered anyway.
     pub unreadable: u64,
 }
 
@@ -84,7 +86,7 @@ impl fmt::Display for Recovery {
         if self.unreadable > 0 {
             write!(
                 f,
-                "; {} unreadable records left as they are (forget them to run their keys again)",
+                "; {} unreadable records left as they are (`rerunctl ls` names them and `rerunctl show` says why)",
                 self.unreadable
             )?;
         }
@@ -220,7 +222,11 @@ impl<'s, 'p, S: Store + ?Sized> Recover<'s, 'p, S> {
                 .filter(|u| filter.holds_scope(u.key.scope()))
             {
                 done.unreadable += 1;
-                tracing::warn!(key = %bad.key, problem = %bad.kind, "rerun recovery: a record cannot be read; it is left as it is, and its calls fail with Corrupt until it is forgotten");
+                if matches!(bad.kind, CorruptKind::UnknownVersion { .. }) {
+                    tracing::warn!(key = %bad.key, problem = %bad.kind, "rerun recovery: a record written by a newer rerun cannot be read here; it is left as it is (a process of that version recovers it)");
+                } else {
+                    tracing::warn!(key = %bad.key, problem = %bad.kind, "rerun recovery: a record cannot be read; it is left as it is, and its calls fail with Corrupt until an operator forgets it");
+                }
             }
             for record in page.records.iter().filter(|r| filter.matches(r)) {
                 done.scanned += 1;

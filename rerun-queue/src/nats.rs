@@ -188,10 +188,11 @@ impl Source for Pull {
     }
 }
 
-/// The longest `-NAK` delay the server reads: a signed 64-bit count of nanoseconds (292 years).
-/// A longer one (a backoff of `Duration::MAX`) is not an error there but no delay at all, and the
-/// message would come straight back; it is sent as this instead.
-const MAX_NAK_DELAY: Duration = Duration::from_nanos(i64::MAX as u64);
+/// The longest `-NAK` delay sent: 100 years. The server reads the delay as a signed 64-bit count
+/// of nanoseconds (292 years) and takes a longer one (a backoff of `Duration::MAX`) as no delay
+/// at all, so the message would come straight back; it also adds the delay to the present in
+/// nanoseconds since 1970, which 100 years from now still fits.
+const MAX_NAK_DELAY: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 
 /// The most bytes of a reason a dead-lettered copy's header carries.
 const MAX_REASON_BYTES: usize = 1024;

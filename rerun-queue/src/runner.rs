@@ -265,7 +265,7 @@ async fn settle<D: Delivery>(
         }
         Action::Redeliver(after) => {
             if let Handled::Failed(f) = handled {
-                tracing::debug!(message = %message.describe(), reason = %f, ?after, "rerun-queue: redelivering later");
+                tracing::debug!(message = %message.describe(), reason = %crate::printable::one_line(&f.to_string()), ?after, "rerun-queue: redelivering later");
             }
             redeliver(delivery, after, report, &mut phase).await
         }

@@ -517,8 +517,8 @@ async fn a_panicking_handler_is_retried_then_dead_lettered(broker: Broker) {
 }
 
 /// JetStream reads a `-NAK` delay as a signed 64-bit count of nanoseconds (292 years). A
-/// backoff configured past that (`Duration::MAX`, say) is sent as the most it can read: the
-/// message waits, and does not come back at once in a hot loop until `max_deliveries`.
+/// backoff configured past that (`Duration::MAX`, say) is sent as 100 years: the message
+/// waits, and does not come back at once in a hot loop until `max_deliveries`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nats_a_backoff_past_what_the_server_reads_still_waits() {
     let Some(rig) = rig(Broker::Nats, "longnak").await else {

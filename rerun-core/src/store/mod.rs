@@ -30,8 +30,17 @@ pub mod redis;
 #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
 pub mod sqlite;
 
-/// One page of [`Store::scan`].
+/// One page of [`Store::scan`]. A store of one's own builds it from the default (it may gain
+/// fields):
+///
+/// ```
+/// use rerun_core::store::ScanPage;
+/// let mut page = ScanPage::default();
+/// page.next = Some("cursor-of-the-next-page".into());
+/// assert!(page.records.is_empty() && page.unreadable.is_empty());
+/// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ScanPage {
     /// The records of this page.
     pub records: Vec<RecordView>,

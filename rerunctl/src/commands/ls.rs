@@ -346,7 +346,7 @@ fn unreadable(records: &[Unreadable]) -> Result<(), Failure> {
                     list.join(", ")
                 ),
             )
-            .help("`rerunctl show SCOPE KEY` says what is wrong with each; once you know what its last run did, `rerunctl forget SCOPE KEY --yes` lets its next call run afresh")
+            .help("`rerunctl show SCOPE KEY` says what is wrong with each. A record written by a newer rerun is fine: read it with that release's rerunctl, do not forget it. A damaged one: once you know what its last run did, `rerunctl forget SCOPE KEY --yes` lets its next call run afresh")
         }
     };
     Err(failure.after_document())

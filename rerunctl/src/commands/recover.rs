@@ -102,7 +102,7 @@ pub fn run(ctx: &Context, args: &Args) -> Result<(), Failure> {
     }
     if done.unreadable > 0 {
         output::note(
-            "records that cannot be read were left as they are: `rerunctl ls` names them, `rerunctl show SCOPE KEY` says what is wrong",
+            "records that cannot be read were left as they are: `rerunctl ls` names them, `rerunctl show SCOPE KEY` says what is wrong with each (one written by a newer rerun is fine: do not forget it)",
         );
     }
     Ok(())

@@ -114,7 +114,7 @@ pub fn collect<S: Store + ?Sized>(
     let mut cursor: Option<String> = None;
     loop {
         let page = store.scan_filtered(&filter, cursor.as_deref(), PAGE)?;
-        stats.scanned += page.records.len() as u64;
+        stats.scanned += (page.records.len() + page.unreadable.len()) as u64;
         stats.unreadable += page.unreadable.len() as u64;
         for r in page.records.iter().filter(|r| filter.matches(r)) {
             let mut h = DefaultHasher::new();

@@ -30,10 +30,6 @@ fn micros(d: Duration) -> f64 {
     d.as_micros().min(CAP) as f64
 }
 
-fn duration_from_micros(us: Option<i64>) -> Option<Duration> {
-    us.map(|us| Duration::from_micros(us.max(0) as u64))
-}
-
 /// One store operation.
 pub(crate) enum Op<'a> {
     Claim(&'a ClaimRequest<'a>),
@@ -349,6 +345,11 @@ impl PgTime {
         let us = i128::from(self.0) - i128::from(now.0);
         (us > 0).then(|| Duration::from_micros(u64::try_from(us).unwrap_or(u64::MAX)))
     }
+
+    /// How long before this time `then` was; zero when it was not earlier.
+    fn since(self, then: PgTime) -> Duration {
+        self.after(then).unwrap_or(Duration::ZERO)
+    }
 }
 
 impl<'a> tokio_postgres::types::FromSql<'a> for PgTime {
@@ -540,10 +541,19 @@ fn view(row: &Row) -> Result<RecordView, Error> {
         })?),
     };
     let once: bool = col(&key, row, 6)?;
-    let lease_remaining = duration_from_micros(col(&key, row, 7)?);
-    let expires_in = duration_from_micros(col(&key, row, 8)?);
+    let lease_until: Option<PgTime> = col(&key, row, 7)?;
+    let expires_at: Option<PgTime> = col(&key, row, 8)?;
     let result: Option<Vec<u8>> = col(&key, row, 9)?;
-    let age = duration_from_micros(col(&key, row, 10)?);
+    let changed_at: PgTime = col(&key, row, 10)?;
+    let now: PgTime = col(&key, row, 11)?;
+    // On the server's clock, as the statement's `now()` saw it.
+    let lease_remaining = lease_until
+        .filter(|_| status == Status::InProgress)
+        .and_then(|until| until.after(now));
+    let expires_in = expires_at
+        .filter(|_| status == Status::Completed)
+        .and_then(|at| at.after(now));
+    let age = Some(now.since(changed_at));
     Ok(RecordView {
         key,
         status,
@@ -575,5 +585,11 @@ mod tests {
             Some(Duration::from_micros(u64::MAX))
         );
         assert_eq!(PgTime(i64::MIN).after(PgTime(i64::MAX)), None);
+        assert_eq!(now.since(PgTime(400)), Duration::from_micros(600));
+        assert_eq!(now.since(PgTime(i64::MAX)), Duration::ZERO);
+        assert_eq!(
+            PgTime(i64::MAX).since(PgTime(i64::MIN)),
+            Duration::from_micros(u64::MAX)
+        );
     }
 }

@@ -401,17 +401,14 @@ impl Sql {
 }
 
 /// The columns of a record as inspect and scan read them, `result` left out (NULL) when
-/// `results` is false: scope, id, status, fence, fingerprint, holder, once, lease left (µs),
-/// expiry left (µs), result, age (µs).
+/// `results` is false: scope, id, status, fence, fingerprint, holder, once, lease_until,
+/// expires_at, result, changed_at, now(). The times are differenced by the reader: arithmetic
+/// on them here would fail the whole statement on one row holding `infinity` (or a time whose
+/// distance from now is no `bigint`), and a scan would stop at it.
 fn view_columns(results: bool) -> String {
     format!(
-        "scope, id, status, fence, fingerprint, holder, once, \
-         CASE WHEN status = 'in_progress' AND lease_until > now() \
-              THEN (extract(epoch FROM lease_until - now()) * 1000000)::bigint END, \
-         CASE WHEN status = 'completed' AND expires_at > now() \
-              THEN (extract(epoch FROM expires_at - now()) * 1000000)::bigint END, \
-         {result}, \
-         (extract(epoch FROM now() - changed_at) * 1000000)::bigint",
+        "scope, id, status, fence, fingerprint, holder, once, lease_until, expires_at, \
+         {result}, changed_at, now()",
         result = if results { "result" } else { "NULL::bytea" }
     )
 }

@@ -49,7 +49,8 @@ pub struct RecoveryCheck {
 /// ```
 pub fn recovery_check<S: Store + ?Sized>(store: &S) -> Result<RecoveryCheck, String> {
     let fail = |e: Error| e.to_string();
-    if !store.scan(None, 1).map_err(fail)?.records.is_empty() {
+    let first = store.scan(None, 1).map_err(fail)?;
+    if !first.records.is_empty() || !first.unreadable.is_empty() {
         return Err(format!(
             "recovery_check needs an empty store; {} has records",
             store.describe()
