@@ -12,7 +12,8 @@ Exit status:
   0  success (an `ls` that matches nothing is a success with an empty list)
   1  the record was not found; a safety check refused (a live claim without --force,
      no --yes and no terminal to ask on, a \"no\" at the prompt); a record is corrupt
-     or was written by a newer rerun
+     or was written by a newer rerun (`show` prints what it can read, `ls` lists the
+     records it could read, then each exits 1)
   2  bad usage (unknown flags, a key that does not parse, a store that does not exist)
      or a store error (unreachable server, refused credentials)
 
