@@ -1,13 +1,16 @@
-//! Prints, from one run, rerun's throughput on `RedisStore` against two baselines on the raw
+//! Prints, from one run, rerun's throughput on `RedisStore` against three baselines on the raw
 //! `redis` client: the same Lua with the same arguments, called as the store calls it (its
 //! functions with `FCALL` on Redis 7, else its scripts with `EVALSHA`: what rerun's own client
-//! code costs), and the simplest client doing the same round trips (the floor of the protocol:
-//! `SET NX PX` + `SET PX` for a fresh call, `GET` for a repeated one). Fresh calls (claim +
+//! code costs); the simplest client doing the same round trips (the floor of the protocol:
+//! `SET NX PX` + `SET PX` for a fresh call, `GET` for a repeated one); and the atomic floor,
+//! one function per round trip that reads the record and the server's clock and writes, with
+//! nothing else (the floor of any design that judges leases on the server's clock). Fresh calls (claim +
 //! complete, two round trips) and repeated calls (one round trip), with 1 and 16 concurrent
 //! callers, sync (threads, one connection each) and async (tasks on one multiplexed
 //! connection, on a 2-worker tokio runtime). Also counts `EVALSHA`s or `FCALL`s per call and the server's
-//! own microseconds per script (`INFO commandstats`): over 200 sequential calls (cold: the
-//! server idles between them), and over the 16-caller sync cells (warm).
+//! own microseconds per script (`INFO commandstats`), rerun's and the atomic floor's: over 200
+//! sequential calls (cold: the server idles between them), and over a window of 16 sync
+//! callers (warm).
 //!
 //! `RERUN_BENCH_REDIS_URL=redis://127.0.0.1:6379 cargo bench -p rerun-core --features redis --bench redis_ratios`
 //!
@@ -145,7 +148,7 @@ impl Raw {
     /// The fence of a `claimed` reply: an integer, or a table when a claim was abandoned.
     fn fence(reply: &redis::Value) -> Option<Vec<u8>> {
         match reply {
-            redis::Value::Int(f) => Some(f.to_string().into_bytes()),
+            redis::Value::Int(f) => Some(format!("{f:016}").into_bytes()),
             redis::Value::Array(items) if items.len() >= 2 => match (&items[0], &items[1]) {
                 (redis::Value::BulkString(tag), redis::Value::BulkString(f))
                     if tag == b"claimed" =>
@@ -267,6 +270,127 @@ impl Floor {
     }
 }
 
+/// The floor of what rerun's guarantees need on Redis, with none of rerun's own code: each round
+/// trip one atomic step on the server that reads the record, reads the server's clock and
+/// writes, as any claim-or-fetch that judges leases on the server's clock must. A fresh call
+/// is a claim (`GET`; absent, so `TIME` and a `SET` of the clock as the fence, the fingerprint
+/// and the holder) and a fenced completion (`GET`, the fence compared, `TIME`, `SET PX` of the
+/// fence, the fingerprint and the result); a repeated call is the claim finding the record and
+/// returning it, the fingerprint compared on the client. No parsing, no number formatting, no
+/// state table: what is left between this and rerun is rerun's transitions themselves.
+struct Atomic {
+    claim: Code,
+    complete: Code,
+    prefix: String,
+    fingerprint: Vec<u8>,
+    holder: Vec<u8>,
+    result: Vec<u8>,
+}
+
+/// The atomic floor's two steps, as one library of functions (Redis 7) or two scripts.
+const ATOMIC_CLAIM: &str = "local got = redis.call('GET', KEYS[1]) \
+     if got then return got end \
+     local t = redis.call('TIME') \
+     local fence = t[1] .. t[2] \
+     redis.call('SET', KEYS[1], fence .. ARGV[1] .. ARGV[2]) \
+     return fence";
+const ATOMIC_COMPLETE: &str = "local got = redis.call('GET', KEYS[1]) \
+     if not got or string.sub(got, 1, string.len(ARGV[1])) ~= ARGV[1] then return 0 end \
+     local t = redis.call('TIME') \
+     redis.call('SET', KEYS[1], ARGV[1] .. ARGV[2] .. ARGV[3], 'PX', ARGV[4]) \
+     return 1";
+
+impl Atomic {
+    /// Loads the steps as functions where the store uses functions, else as scripts.
+    fn new(prefix: &str, raw: &Raw, conn: &mut redis::Connection, functions: bool) -> Atomic {
+        let as_function = |name: &str, body: &str| {
+            format!("redis.register_function('{name}', function(KEYS, ARGV) {body} end)\n")
+        };
+        let library = format!(
+            "#!lua name=rerun_bench_atomic_floor\n{}{}",
+            as_function("rerun_bench_atomic_claim", ATOMIC_CLAIM),
+            as_function("rerun_bench_atomic_complete", ATOMIC_COMPLETE)
+        );
+        let loaded = functions
+            && redis::cmd("FUNCTION")
+                .arg("LOAD")
+                .arg("REPLACE")
+                .arg(library)
+                .query::<String>(conn)
+                .is_ok();
+        let (claim, complete) = if loaded {
+            (
+                Code::Function("rerun_bench_atomic_claim".to_owned()),
+                Code::Function("rerun_bench_atomic_complete".to_owned()),
+            )
+        } else {
+            (
+                Code::Script(Script::new(ATOMIC_CLAIM)),
+                Code::Script(Script::new(ATOMIC_COMPLETE)),
+            )
+        };
+        Atomic {
+            claim,
+            complete,
+            prefix: prefix.to_owned(),
+            fingerprint: raw.fingerprint.clone(),
+            holder: raw.holder.clone(),
+            result: raw.result.clone(),
+        }
+    }
+    fn key(&self, i: u64) -> String {
+        format!("{}{{bench:{i}}}", self.prefix)
+    }
+    fn claim_cmd(&self, i: u64) -> Invocation<'_> {
+        self.claim
+            .invocation(self.key(i), &[&self.fingerprint[..], &self.holder[..]])
+    }
+    /// The fence of a claim, or `None` when the record was there (its fingerprint checked).
+    fn fence(&self, reply: redis::Value) -> Option<Vec<u8>> {
+        match reply {
+            redis::Value::BulkString(got) if got.len() >= 16 + 32 => {
+                // Found: the fingerprint is after the fence, whose digits the client knows
+                // to be 15 or 16 (seconds and microseconds of this century).
+                let matches =
+                    (11..=16).any(|at| got.get(at..at + 32) == Some(&self.fingerprint[..]));
+                assert!(matches, "a record of the atomic floor with another payload");
+                None
+            }
+            redis::Value::BulkString(fence) => Some(fence),
+            other => panic!("the atomic floor's claim replied {other:?}"),
+        }
+    }
+    fn complete_cmd(&self, i: u64, fence: &[u8]) -> Invocation<'_> {
+        self.complete.invocation(
+            self.key(i),
+            &[fence, &self.fingerprint[..], &self.result[..], b"3600000"],
+        )
+    }
+    fn sync(&self, conn: &mut redis::Connection, i: u64) {
+        let reply = self.claim_cmd(i).invoke(conn).expect("the atomic claim");
+        if let Some(fence) = self.fence(reply) {
+            let _: redis::Value = self
+                .complete_cmd(i, &fence)
+                .invoke(conn)
+                .expect("the atomic completion");
+        }
+    }
+    async fn run_async(&self, conn: &mut redis::aio::MultiplexedConnection, i: u64) {
+        let reply = self
+            .claim_cmd(i)
+            .invoke_async(conn)
+            .await
+            .expect("the atomic claim");
+        if let Some(fence) = self.fence(reply) {
+            let _: redis::Value = self
+                .complete_cmd(i, &fence)
+                .invoke_async(conn)
+                .await
+                .expect("the atomic completion");
+        }
+    }
+}
+
 fn rerun_call(i: u64) -> Call {
     Call::new("bench", &i)
         .payload(&1u64)
@@ -367,11 +491,12 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 fn row(name: &str, cell: &[(f64, f64)]) {
-    let [(ours, _), (same, vs_same), (floor, vs_floor)] = cell else {
+    let [(ours, _), (same, vs_same), (floor, vs_floor), (atomic, vs_atomic)] = cell else {
         return;
     };
     println!(
-        "| {name:<26} | {ours:>9.0} | {same:>9.0} | {vs_same:>5.2}x | {floor:>9.0} | {vs_floor:>5.2}x | {:>7.1} | {:>7.1} |",
+        "| {name:<26} | {ours:>9.0} | {same:>9.0} | {vs_same:>5.2}x | {floor:>9.0} | {vs_floor:>5.2}x | {atomic:>9.0} | {vs_atomic:>5.2}x | {:>5.2}x | {:>7.1} | {:>7.1} |",
+        atomic / floor,
         1e6 / ours,
         1e6 / floor
     );
@@ -454,10 +579,18 @@ fn main() {
 
     let floor_prefix = format!("rerun-bench-{run}:floor:");
     let floor = Floor::new(&floor_prefix, &raw.result);
+    let atomic_prefix = format!("rerun-bench-{run}:atomic:");
+    let atomic = Atomic::new(
+        &atomic_prefix,
+        &raw,
+        &mut admin,
+        store.function_name("claim").is_some(),
+    );
     for k in 0..64u64 {
         let key = (1u64 << 62) + k;
         let mut c = conns[0].lock().unwrap_or_else(|p| p.into_inner());
         floor.sync(&mut c, key, false);
+        atomic.sync(&mut c, key);
     }
 
     // Round trips and the server's time per script, counted by the server.
@@ -472,6 +605,20 @@ fn main() {
         let _ = rerun_call(key).run(&store, || receipt(key));
     }
     let (calls2, usec2) = script_stats(&mut admin);
+    {
+        let mut c = conns[0].lock().unwrap_or_else(|p| p.into_inner());
+        for i in 0..200 {
+            atomic.sync(&mut c, (1u64 << 61) + i);
+        }
+    }
+    let (calls3, usec3) = script_stats(&mut admin);
+    {
+        let mut c = conns[0].lock().unwrap_or_else(|p| p.into_inner());
+        for i in 0..200 {
+            atomic.sync(&mut c, repeated(0, i));
+        }
+    }
+    let (calls4, usec4) = script_stats(&mut admin);
     let (fresh_rt, repeat_rt) = (
         (calls1 - calls0) as f64 / 200.0,
         (calls2 - calls1) as f64 / 200.0,
@@ -483,6 +630,7 @@ fn main() {
     );
     println!("  same:  the raw client calling rerun's own functions or scripts, as the store does (client overhead)");
     println!("  floor: the simplest client doing the same round trips (SET NX PX + SET PX; GET)");
+    println!("  atomic: the floor of one atomic step per round trip that reads the record and the server's clock and writes (GET, TIME, SET in a function; no parsing, no formatting)");
     let form = if store.function_name("claim").is_some() {
         "functions, FCALL"
     } else {
@@ -490,20 +638,18 @@ fn main() {
     };
     println!("round trips per call, counted by the server ({form}): fresh {fresh_rt:.2}, repeated {repeat_rt:.2}");
     println!(
-        "server time per script: fresh calls {:.1} us, repeated calls {:.1} us",
+        "server time per script: fresh calls {:.1} us, repeated calls {:.1} us; the atomic floor's {:.1} us and {:.1} us",
         per(usec1 - usec0, calls1 - calls0),
-        per(usec2 - usec1, calls2 - calls1)
+        per(usec2 - usec1, calls2 - calls1),
+        per(usec3 - usec2, calls3 - calls2),
+        per(usec4 - usec3, calls4 - calls3)
     );
     println!();
-    println!("| case | rerun/s | same/s | vs same | floor/s | vs floor | rerun us | floor us |");
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+    println!("| case | rerun/s | same/s | vs same | floor/s | vs floor | atomic/s | vs atomic | atomic vs floor | rerun us | floor us |");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
 
-    // The server's time per script under load, warm: over the 16-caller sync cells (rerun and
-    // the raw client running the same functions; the floor runs none).
-    let mut loaded = Vec::new();
     for threads in [1usize, 16] {
         bump(&next);
-        let before = script_stats(&mut admin);
         let cell = sides(
             rounds,
             &mut [
@@ -528,10 +674,16 @@ fn main() {
                         floor.sync(&mut c, fresh_key(t, i), false);
                     })
                 },
+                &mut || {
+                    bump(&next);
+                    rate(threads, window, &|t, i| {
+                        let mut c = conns[t].lock().unwrap_or_else(|p| p.into_inner());
+                        atomic.sync(&mut c, fresh_key(t, i));
+                    })
+                },
             ],
         );
         row(&format!("sync fresh, {threads} caller(s)"), &cell);
-        let middle = script_stats(&mut admin);
         let cell = sides(
             rounds,
             &mut [
@@ -553,17 +705,44 @@ fn main() {
                         floor.sync(&mut c, repeated(t, i), true);
                     })
                 },
+                &mut || {
+                    rate(threads, window, &|t, i| {
+                        let mut c = conns[t].lock().unwrap_or_else(|p| p.into_inner());
+                        atomic.sync(&mut c, repeated(t, i));
+                    })
+                },
             ],
         );
         row(&format!("sync repeated, {threads} caller(s)"), &cell);
-        let after = script_stats(&mut admin);
-        if threads == 16 {
-            loaded = vec![
-                per(middle.1 - before.1, middle.0 - before.0),
-                per(after.1 - middle.1, after.0 - middle.0),
-            ];
-        }
     }
+
+    // The server's time per script under load, warm: 16 sync callers of one side at a time, for
+    // one round's window each (the script statistics are per command, not per function).
+    let mut under_load = |f: &(dyn Fn(usize, u64) + Sync)| {
+        let before = script_stats(&mut admin);
+        rate(16, window, f);
+        let after = script_stats(&mut admin);
+        per(after.1 - before.1, after.0 - before.0)
+    };
+    bump(&next);
+    let loaded = [
+        under_load(&|t, i| {
+            let key = fresh_key(t, i);
+            let _ = rerun_call(key).run(&store, || receipt(key));
+        }),
+        under_load(&|t, i| {
+            let key = repeated(t, i);
+            let _ = rerun_call(key).run(&store, || receipt(key));
+        }),
+        under_load(&|t, i| {
+            let mut c = conns[t].lock().unwrap_or_else(|p| p.into_inner());
+            atomic.sync(&mut c, fresh_key(t, i));
+        }),
+        under_load(&|t, i| {
+            let mut c = conns[t].lock().unwrap_or_else(|p| p.into_inner());
+            atomic.sync(&mut c, repeated(t, i));
+        }),
+    ];
 
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -576,6 +755,7 @@ fn main() {
     let store = Arc::new(store);
     let raw = Arc::new(raw);
     let floor = Arc::new(floor);
+    let atomic = Arc::new(atomic);
     let base = Arc::new(AtomicU64::new(1 << 58));
     for tasks in [1usize, 16] {
         for repeated_calls in [false, true] {
@@ -622,6 +802,14 @@ fn main() {
                             }
                         })
                     },
+                    &mut || {
+                        let b = base.fetch_add(1 << 48, Ordering::Relaxed);
+                        let (atomic, mux) = (atomic.clone(), mux.clone());
+                        rate_async(&rt, tasks, window, move |t, i| {
+                            let (atomic, mut mux) = (atomic.clone(), mux.clone());
+                            async move { atomic.run_async(&mut mux, key_of(b, t, i)).await }
+                        })
+                    },
                 ],
             );
             let what = if repeated_calls { "repeated" } else { "fresh" };
@@ -629,15 +817,14 @@ fn main() {
         }
     }
 
-    if let [fresh, repeat] = loaded[..] {
-        println!();
-        println!(
-            "server time per script under load (16 sync callers, warm): fresh calls {fresh:.1} us, repeated calls {repeat:.1} us"
-        );
-    }
+    let [fresh, repeat, atomic_fresh, atomic_repeat] = loaded;
+    println!();
+    println!(
+        "server time per script under load (16 sync callers, warm): fresh calls {fresh:.1} us, repeated calls {repeat:.1} us; the atomic floor's {atomic_fresh:.1} us and {atomic_repeat:.1} us"
+    );
 
     // Leave nothing behind.
-    for prefix in [&store_prefix, &raw_prefix, &floor_prefix] {
+    for prefix in [&store_prefix, &raw_prefix, &floor_prefix, &atomic_prefix] {
         let mut cursor = 0u64;
         loop {
             let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")

@@ -404,6 +404,171 @@ fn a_damaged_completed_record_is_corrupt_not_replayed() {
     cleanup(&url, &name);
 }
 
+/// A completion takes out of the in-progress record only what it keeps (the state, the once
+/// flag, the fence, the fingerprint) and writes the rest anew: the holder of the record's fence
+/// completes it even when a field it replaces is damaged, and the completed record is whole.
+/// A damaged fence or state is never its claim.
+#[test]
+fn a_completion_reads_only_the_fields_it_keeps() {
+    let Some(url) = url() else { return };
+    let name = unique("completion-reads");
+    let store = store(&url, &name);
+    let mut conn = raw(&url);
+    let fp = Fingerprint::of(&3u8).unwrap();
+    let result = codec::encode(&11u32).unwrap();
+    // Byte ranges of the layout (prelude.lua), 0-based: state 1, fence 3..19, lease 19..35,
+    // changed 51..67, holder length 99..103.
+    let cases: [(&str, usize, &[u8], bool); 6] = [
+        ("lease end", 20, b"z", true),
+        ("changed", 60, b"z", true),
+        ("holder length", 101, b"z", true),
+        ("holder length past the end", 99, b"9999", true),
+        ("fence", 5, b"z", false),
+        ("state", 1, b"r", false),
+    ];
+    for (what, at, bytes, completes) in cases {
+        let key = Key::new("s", what);
+        let c = claimed(claim(
+            &store,
+            &key,
+            &fp,
+            &Holder::current(),
+            Duration::from_secs(30),
+            None,
+        ));
+        let rk = store.record_key(&key);
+        let mut record: Vec<u8> = redis::cmd("GET").arg(&rk).query(&mut conn).unwrap();
+        assert_eq!(&record[..2], format!("{SCHEMA_VERSION}p").as_bytes());
+        record[at..at + bytes.len()].copy_from_slice(bytes);
+        let _: () = redis::cmd("SET")
+            .arg(&rk)
+            .arg(&record)
+            .query(&mut conn)
+            .unwrap();
+        let done = store.complete(&c, &result, Duration::from_secs(60));
+        if completes {
+            assert!(done.is_ok(), "{what}: {done:?}");
+            let view = store.inspect(&key).unwrap().expect("the record");
+            assert_eq!(
+                (view.status, view.fence, view.fingerprint, view.once),
+                (Status::Completed, c.fence, fp, false),
+                "{what}"
+            );
+            let replay = Call::new("s", what)
+                .payload(&3u8)
+                .run(&store, || Ok::<_, Error>(12u32))
+                .unwrap();
+            assert!(replay.replayed && replay.value == 11, "{what}: {replay:?}");
+        } else {
+            assert!(
+                matches!(done, Err(Error::LeaseLost { .. })),
+                "{what}: {done:?}"
+            );
+            let after: Vec<u8> = redis::cmd("GET").arg(&rk).query(&mut conn).unwrap();
+            assert_eq!(after, record, "{what}: the record was changed");
+        }
+    }
+    cleanup(&url, &name);
+}
+
+/// The claim of a key with no record and a completion of the caller's own claim write their
+/// records without the shared `build` (claim.lua, complete.lua): the bytes are the layout's,
+/// field by field, and a completion by the full path (a fence not sent as the record stores
+/// it) writes the same record as the short one.
+#[test]
+fn the_short_paths_write_the_layout_of_the_full_ones() {
+    let Some(url) = url() else { return };
+    let name = unique("short-paths");
+    let store = store(&url, &name);
+    let mut conn = raw(&url);
+    let fp = Fingerprint::of(&"short").unwrap();
+    let holder = Holder::current();
+    let lease = Duration::from_millis(30_000);
+    let field = |r: &[u8], at: usize| -> u64 {
+        std::str::from_utf8(&r[at..at + 16])
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    let mut completed = Vec::new();
+    for (i, short) in [(0, true), (1, false)] {
+        let key = Key::new("s", &format!("k{i}"));
+        let rk = store.record_key(&key);
+        let c = claimed(claim(&store, &key, &fp, &holder, lease, None));
+        let claimed: Vec<u8> = redis::cmd("GET").arg(&rk).query(&mut conn).unwrap();
+        let encoded = holder.encode();
+        let mut expected = format!("{SCHEMA_VERSION}p0{:016}", c.fence).into_bytes();
+        assert_eq!(
+            &claimed[..19],
+            &expected[..],
+            "the state, once flag and fence"
+        );
+        assert_eq!(field(&claimed, 19), c.fence + 30_000_000, "the lease end");
+        assert_eq!(&claimed[35..51], b"0000000000000000", "no expiry");
+        assert_eq!(
+            field(&claimed, 51),
+            c.fence,
+            "changed: the clock the fence is"
+        );
+        expected = claimed[..67].to_vec();
+        expected.extend_from_slice(&fp.0);
+        expected.extend_from_slice(format!("{:04}{encoded}", encoded.len()).as_bytes());
+        assert_eq!(claimed, expected, "the claimed record");
+        let result = codec::encode(&"done").unwrap();
+        if short {
+            store
+                .complete(&c, &result, Duration::from_secs(60))
+                .unwrap();
+        } else {
+            // The fence with one more leading zero: the same number to `held`, other bytes
+            // than the record's field to the short path's comparison.
+            let fence = format!("0{:016}", c.fence);
+            let reply: String = match store.function_name("complete") {
+                Some(function) => redis::cmd("FCALL")
+                    .arg(function)
+                    .arg(1)
+                    .arg(&rk)
+                    .arg(&fence)
+                    .arg(&result)
+                    .arg(60_000_000u64)
+                    .query(&mut conn)
+                    .unwrap(),
+                None => redis::Script::new(store.script_source("complete").unwrap())
+                    .key(&rk)
+                    .arg(&fence)
+                    .arg(&result)
+                    .arg(60_000_000u64)
+                    .invoke(&mut conn)
+                    .unwrap(),
+            };
+            assert_eq!(reply, "ok");
+        }
+        let done: Vec<u8> = redis::cmd("GET").arg(&rk).query(&mut conn).unwrap();
+        let (expiry, changed) = (field(&done, 35), field(&done, 51));
+        assert!(expiry % 1000 == 0 && expiry > changed && expiry <= changed + 60_000_000);
+        assert!(changed >= c.fence, "{changed} {}", c.fence);
+        let pttl = pttl(&url, &store, &key);
+        assert!(pttl > 58_000 && pttl <= 60_000, "{pttl}");
+        completed.push((
+            [&done[..19], &done[67..]].concat(),
+            [&done[19..35]].concat(),
+            format!("{:016}", c.fence),
+        ));
+    }
+    // Apart from the fence, the expiry and when it changed, the two records are the same bytes.
+    let strip = |(head_and_tail, lease, fence): &(Vec<u8>, Vec<u8>, String)| {
+        assert_eq!(
+            lease, b"0000000000000000",
+            "a completed record holds no lease"
+        );
+        let s = String::from_utf8_lossy(head_and_tail).replacen(fence.as_str(), "FENCE", 1);
+        s
+    };
+    assert_eq!(strip(&completed[0]), strip(&completed[1]));
+    assert!(strip(&completed[0]).starts_with(&format!("{SCHEMA_VERSION}c0FENCE")));
+    cleanup(&url, &name);
+}
+
 #[test]
 fn another_type_at_the_key_is_corrupt() {
     let Some(url) = url() else { return };

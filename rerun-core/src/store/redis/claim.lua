@@ -16,11 +16,23 @@
 --   {'replay', fence, result} | {'mismatch'} | {'busy', fence, holder, lease left in us}
 --   {'version', found} (written by a newer rerun) | {'corrupt', why}
 local rec = KEYS[1]
-local fp, holder, lease_us, once, steal = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[5]
+-- The lease stays a string until the one sum that needs it as a number (see `clock`).
+local fp, holder, lease_us, once, steal = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 
 -- PREFETCHED: the GET made before the shared code (replay.lua).
 local raw, err = load(rec, PREFETCHED)
 if err then return {'corrupt', 'the key holds another type than rerun\'s record'} end
+if not raw then
+  -- No record, the most frequent claim, written without `build`: its fence is the clock (see
+  -- below, where `prev` would be 0), and its record is the same bytes as build('p', once, now,
+  -- now + lease_us, 0, now, fp, holder, ''), its numbers in one format. A test holds the two
+  -- paths to each other (redis_store.rs).
+  local now = clock()
+  redis.call('SET', rec, FORMAT .. 'p' .. once ..
+    string.format('%016d%016d0000000000000000%016d', now, now + lease_us, now) .. fp ..
+    string.format('%04d', #holder) .. holder)
+  return now
+end
 local r = nil
 if raw then
   local why, v

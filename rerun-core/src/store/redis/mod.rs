@@ -676,7 +676,7 @@ impl Store for RedisStore {
     fn complete(&self, claim: &Claim, result: &[u8], ttl: Duration) -> Result<(), Error> {
         self.too_large(&claim.key, "the result", result.len())?;
         let record = self.record_key(&claim.key);
-        let (fence, ttl) = (Arg::Num(claim.fence), Arg::Num(span_us(ttl)));
+        let (fence, ttl) = (Arg::Fence(claim.fence), Arg::Num(span_us(ttl)));
         let reply = self.sync_script(
             &claim.key,
             "recording the result",
@@ -912,7 +912,7 @@ impl AsyncStore for RedisStore {
         Box::pin(async move {
             self.too_large(&claim.key, "the result", result.len())?;
             let record = self.record_key(&claim.key);
-            let (fence, ttl) = (Arg::Num(claim.fence), Arg::Num(span_us(ttl)));
+            let (fence, ttl) = (Arg::Fence(claim.fence), Arg::Num(span_us(ttl)));
             let reply = self
                 .async_script(
                     &claim.key,

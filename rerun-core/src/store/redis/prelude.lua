@@ -105,18 +105,22 @@ local function load(rec, got)
   return raw
 end
 
+-- Redis' clock in microseconds. Arithmetic converts the reply's two strings itself, once each:
+-- `tonumber` converts a string twice in Lua 5.1 (it checks, then converts), and every
+-- conversion is a call of the C library's `strtod`.
 local function clock()
   local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+  return t[1] * 1000000 + t[2]
 end
 
 local function num(n)
   return string.format('%d', n)
 end
 
--- The claim a fenced script acts for: the record, or a reply ('lost', 'version:N').
-local function held(rec, fence)
-  local raw, err = load(rec)
+-- The claim a fenced script acts for: the record, or a reply ('lost', 'version:N'). `got`: the
+-- reply of a GET of `rec` this script already made, if any.
+local function held(rec, fence, got)
+  local raw, err = load(rec, got)
   if err or not raw then return nil, 'lost' end
   local r, why, v = parse(raw)
   if not r then

@@ -122,6 +122,9 @@ impl Scripts {
 pub(super) enum Arg<'a> {
     Bytes(&'a [u8]),
     Num(u64),
+    /// A fence as a record stores it: at least 16 digits, zero-padded, so that a script
+    /// compares it with the record's field as bytes (complete.lua).
+    Fence(u64),
 }
 
 impl redis::ToRedisArgs for Arg<'_> {
@@ -129,8 +132,31 @@ impl redis::ToRedisArgs for Arg<'_> {
         match self {
             Arg::Bytes(b) => b.write_redis_args(out),
             Arg::Num(n) => n.write_redis_args(out),
+            Arg::Fence(n) => out.write_arg(padded_fence(*n).digits()),
         }
     }
+}
+
+/// A fence's digits, zero-padded to the record's 16 (a fence that needs more keeps them all).
+pub(super) struct PaddedFence {
+    buf: [u8; 20],
+    len: usize,
+}
+
+impl PaddedFence {
+    pub(super) fn digits(&self) -> &[u8] {
+        &self.buf[..self.len]
+    }
+}
+
+pub(super) fn padded_fence(n: u64) -> PaddedFence {
+    use std::io::Write;
+    let mut buf = [0u8; 20];
+    let mut rest = &mut buf[..];
+    // Twenty bytes hold every u64's digits, so the write cannot run out of room.
+    let _ = write!(rest, "{n:016}");
+    let len = 20 - rest.len();
+    PaddedFence { buf, len }
 }
 
 /// The arguments of `claim.lua`.
@@ -170,6 +196,20 @@ mod tests {
                 scripts.get(*t).get_hash(),
                 Script::new(&scripts.sources[i]).get_hash()
             );
+        }
+    }
+
+    #[test]
+    fn a_fence_is_sent_as_the_record_stores_it() {
+        for (fence, sent) in [
+            (0, "0000000000000000"),
+            (7, "0000000000000007"),
+            (1_733_097_600_123_456, "1733097600123456"),
+            (9_007_199_254_740_991, "9007199254740991"),
+            (10_000_000_000_000_000, "10000000000000000"),
+            (u64::MAX, "18446744073709551615"),
+        ] {
+            assert_eq!(padded_fence(fence).digits(), sent.as_bytes(), "{fence}");
         }
     }
 }
