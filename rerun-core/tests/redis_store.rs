@@ -687,6 +687,48 @@ fn too_large_is_a_typed_error_before_anything_is_written() {
         .query(&mut raw(&url))
         .unwrap();
     assert_eq!(exists, 0);
+    // A record keeps its holder's length in 4 digits: a holder made by hand with a longer
+    // encoding is refused before anything is sent, sync and async; one at the limit is kept
+    // whole.
+    let mut long = Holder::current();
+    long.host = String::new().into();
+    let rest = long.encode().len();
+    long.host = "h".repeat(10_000 - rest).into();
+    assert_eq!(long.encode().len(), 10_000);
+    let key = Key::new("s", "long-holder");
+    let req = ClaimRequest {
+        key: &key,
+        fingerprint: &fp,
+        holder: &long,
+        lease: Duration::from_secs(1),
+        once: false,
+        steal: None,
+    };
+    for err in [
+        store.claim(&req).unwrap_err(),
+        block_on(store.claim_async(&req)).unwrap_err(),
+    ] {
+        assert!(
+            matches!(
+                err,
+                Error::Codec {
+                    what: "the holder",
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+    }
+    assert_eq!(store.inspect(&key).unwrap().map(|r| r.status), None);
+    let mut at_limit = long.clone();
+    at_limit.host = "h".repeat(9_999 - rest).into();
+    let req = ClaimRequest {
+        holder: &at_limit,
+        ..req
+    };
+    assert!(matches!(store.claim(&req), Ok(ClaimResponse::Claimed(_))));
+    let kept = store.inspect(&key).unwrap().and_then(|r| r.holder);
+    assert_eq!(kept.map(|h| h.host.len()), Some(9_999 - rest));
     // A result over the limit: Codec, the claim given back, nothing recorded.
     let r = Call::new("s", "big-result").run(&store, || Ok::<_, Error>("x".repeat(4096)));
     assert!(

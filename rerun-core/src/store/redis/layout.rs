@@ -6,6 +6,8 @@ use crate::error::CorruptKind;
 /// The format this build writes.
 pub(super) const FORMAT: u8 = b'2';
 const HEADER: usize = 103;
+/// The longest holder a record keeps: its length is 4 digits.
+pub(super) const MAX_HOLDER: usize = 9999;
 
 /// A record as stored.
 pub(super) struct Raw<'a> {

@@ -627,12 +627,31 @@ impl std::fmt::Debug for RedisStore {
     }
 }
 
+/// The claim's holder as a record keeps it, refused before anything is sent when it is longer
+/// than the record's 4-digit length field holds (`Holder::current()` is never near it; a holder
+/// made by hand with a long host name can be).
+fn holder_of(req: &ClaimRequest<'_>) -> Result<String, Error> {
+    let holder = req.holder.encode();
+    if holder.len() > layout::MAX_HOLDER {
+        return Err(Error::Codec {
+            key: req.key.clone(),
+            what: "the holder",
+            message: format!(
+                "it is {} bytes encoded, more than the {} bytes a Redis record keeps of its holder; nothing was written; give the holder a shorter host name",
+                holder.len(),
+                layout::MAX_HOLDER
+            ),
+        });
+    }
+    Ok(holder)
+}
+
 // ---- the traits ---------------------------------------------------------------------------
 
 impl Store for RedisStore {
     fn claim(&self, req: &ClaimRequest<'_>) -> Result<ClaimResponse, Error> {
         let record = self.claim_key(req)?;
-        let holder = req.holder.encode();
+        let holder = holder_of(req)?;
         let args = claim_args(req, &holder);
         let limit = self.inner.response_timeout;
         let durability = self.inner.once_durability;
@@ -865,7 +884,7 @@ impl AsyncStore for RedisStore {
     fn claim_async<'a>(&'a self, req: &'a ClaimRequest<'a>) -> StoreFuture<'a, ClaimResponse> {
         Box::pin(async move {
             let record = self.claim_key(req)?;
-            let holder = req.holder.encode();
+            let holder = holder_of(req)?;
             let args = claim_args(req, &holder);
             let limit = self.inner.response_timeout;
             let durability = self.inner.once_durability;
