@@ -101,8 +101,27 @@ impl Invocation<'_> {
     }
 }
 
-/// The raw client doing what rerun does on the wire, and nothing more.
-struct Raw {
+/// What a [`Scripted`] client runs on the server.
+#[derive(Clone, Copy)]
+enum Steps {
+    /// rerun's own functions or scripts: the raw client doing what rerun does on the wire, and
+    /// nothing more.
+    Rerun,
+    /// The floor of what rerun's guarantees need on Redis, with none of rerun's own code: each
+    /// round trip one atomic step on the server that reads the record, reads the server's clock and
+    /// writes, as any claim-or-fetch that judges leases on the server's clock must. A fresh call is
+    /// a claim (`GET`; absent, so `TIME` and a `SET` of the clock as the fence, the fingerprint and
+    /// the holder) and a fenced completion (`GET`, the fence compared, `TIME`, `SET PX` of the
+    /// fence, the fingerprint and the result); a repeated call is the claim finding the record and
+    /// returning it, the fingerprint compared on the client. No parsing, no number formatting, no
+    /// state table: what is left between this and rerun is rerun's transitions themselves.
+    Atomic,
+}
+
+/// A client calling two server-side steps per fresh call and one per repeated call: rerun's
+/// own, or the atomic floor's.
+struct Scripted {
+    steps: Steps,
     claim: Code,
     complete: Code,
     prefix: String,
@@ -111,10 +130,24 @@ struct Raw {
     result: Vec<u8>,
 }
 
-impl Raw {
-    /// The store's own functions or scripts, whichever it calls.
-    fn new(prefix: &str, store: &RedisStore) -> Raw {
-        Raw {
+/// The atomic floor's two steps, as one library of functions (Redis 7) or two scripts.
+const ATOMIC_CLAIM: &str = "local got = redis.call('GET', KEYS[1]) \
+     if got then return got end \
+     local t = redis.call('TIME') \
+     local fence = t[1] .. t[2] \
+     redis.call('SET', KEYS[1], fence .. ARGV[1] .. ARGV[2]) \
+     return fence";
+const ATOMIC_COMPLETE: &str = "local got = redis.call('GET', KEYS[1]) \
+     if not got or string.sub(got, 1, #ARGV[1]) ~= ARGV[1] then return 0 end \
+     local t = redis.call('TIME') \
+     redis.call('SET', KEYS[1], ARGV[1] .. ARGV[2] .. ARGV[3], 'PX', ARGV[4]) \
+     return 1";
+
+impl Scripted {
+    /// rerun's steps: the store's own functions or scripts, whichever it calls.
+    fn rerun(prefix: &str, store: &RedisStore) -> Scripted {
+        Scripted {
+            steps: Steps::Rerun,
             claim: Code::of(store, "claim"),
             complete: Code::of(store, "complete"),
             prefix: prefix.to_owned(),
@@ -130,62 +163,122 @@ impl Raw {
             .unwrap_or_default(),
         }
     }
+    /// The atomic floor's steps with `raw`'s payload, loaded as functions where the store uses
+    /// functions, else as scripts.
+    fn atomic(
+        prefix: &str,
+        raw: &Scripted,
+        conn: &mut redis::Connection,
+        functions: bool,
+    ) -> Scripted {
+        let as_function = |name: &str, body: &str| {
+            format!("redis.register_function('{name}', function(KEYS, ARGV) {body} end)\n")
+        };
+        let library = format!(
+            "#!lua name=rerun_bench_atomic_floor\n{}{}",
+            as_function("rerun_bench_atomic_claim", ATOMIC_CLAIM),
+            as_function("rerun_bench_atomic_complete", ATOMIC_COMPLETE)
+        );
+        let loaded = functions
+            && redis::cmd("FUNCTION")
+                .arg("LOAD")
+                .arg("REPLACE")
+                .arg(library)
+                .query::<String>(conn)
+                .is_ok();
+        let (claim, complete) = if loaded {
+            (
+                Code::Function("rerun_bench_atomic_claim".to_owned()),
+                Code::Function("rerun_bench_atomic_complete".to_owned()),
+            )
+        } else {
+            (
+                Code::Script(Script::new(ATOMIC_CLAIM)),
+                Code::Script(Script::new(ATOMIC_COMPLETE)),
+            )
+        };
+        Scripted {
+            steps: Steps::Atomic,
+            claim,
+            complete,
+            prefix: prefix.to_owned(),
+            fingerprint: raw.fingerprint.clone(),
+            holder: raw.holder.clone(),
+            result: raw.result.clone(),
+        }
+    }
     fn key(&self, i: u64) -> String {
         format!("{}{{bench:{i}}}", self.prefix)
     }
     fn claim_cmd(&self, i: u64) -> Invocation<'_> {
-        self.claim.invocation(
-            self.key(i),
-            &[
-                &self.fingerprint[..],
-                &self.holder[..],
-                b"30000000",
-                b"0",
-                b"",
-            ],
-        )
+        let (fingerprint, holder) = (&self.fingerprint[..], &self.holder[..]);
+        match self.steps {
+            // As the store sends a claim that is neither once nor a steal.
+            Steps::Rerun => self
+                .claim
+                .invocation(self.key(i), &[fingerprint, holder, b"30000000"]),
+            Steps::Atomic => self.claim.invocation(self.key(i), &[fingerprint, holder]),
+        }
     }
-    /// The fence of a `claimed` reply: an integer, or a table when a claim was abandoned.
-    fn fence(reply: &redis::Value) -> Option<Vec<u8>> {
-        match reply {
-            redis::Value::Int(f) => Some(format!("{f:016}").into_bytes()),
-            redis::Value::Array(items) if items.len() >= 2 => match (&items[0], &items[1]) {
-                (redis::Value::BulkString(tag), redis::Value::BulkString(f))
-                    if tag == b"claimed" =>
-                {
-                    Some(f.clone())
+    /// The fence of a claim, or `None` when there is nothing to complete.
+    fn fence(&self, reply: redis::Value) -> Option<Vec<u8>> {
+        match (self.steps, reply) {
+            // rerun: an integer, or a table when a claim was abandoned.
+            (Steps::Rerun, redis::Value::Int(f)) => Some(format!("{f:016}").into_bytes()),
+            (Steps::Rerun, redis::Value::Array(items)) if items.len() >= 2 => {
+                match (&items[0], &items[1]) {
+                    (redis::Value::BulkString(tag), redis::Value::BulkString(f))
+                        if tag == b"claimed" =>
+                    {
+                        Some(f.clone())
+                    }
+                    _ => None,
                 }
-                _ => None,
-            },
-            _ => None,
+            }
+            (Steps::Rerun, _) => None,
+            // The atomic floor: the record when it was there (its fingerprint checked here),
+            // else the fence.
+            (Steps::Atomic, redis::Value::BulkString(got)) if got.len() >= 16 + 32 => {
+                // The fingerprint is after the fence, whose digits the client knows to be 15
+                // or 16 (seconds and microseconds of this century).
+                let matches =
+                    (11..=16).any(|at| got.get(at..at + 32) == Some(&self.fingerprint[..]));
+                assert!(matches, "a record of the atomic floor with another payload");
+                None
+            }
+            (Steps::Atomic, redis::Value::BulkString(fence)) => Some(fence),
+            (Steps::Atomic, other) => panic!("the atomic floor's claim replied {other:?}"),
         }
     }
     fn complete_cmd(&self, i: u64, fence: &[u8]) -> Invocation<'_> {
-        self.complete
-            .invocation(self.key(i), &[fence, &self.result[..], b"3600000000"])
+        match self.steps {
+            Steps::Rerun => self
+                .complete
+                .invocation(self.key(i), &[fence, &self.result[..], b"3600000000"]),
+            Steps::Atomic => self.complete.invocation(
+                self.key(i),
+                &[fence, &self.fingerprint[..], &self.result[..], b"3600000"],
+            ),
+        }
     }
     // A script error fails the benchmark: a baseline whose calls fail would look fast.
     fn sync(&self, conn: &mut redis::Connection, i: u64) {
-        let reply: redis::Value = self.claim_cmd(i).invoke(conn).expect("the raw claim");
-        if let Some(fence) = Raw::fence(&reply) {
+        let reply = self.claim_cmd(i).invoke(conn).expect("a claim");
+        if let Some(fence) = self.fence(reply) {
             let _: redis::Value = self
                 .complete_cmd(i, &fence)
                 .invoke(conn)
-                .expect("the raw completion");
+                .expect("a completion");
         }
     }
     async fn run_async(&self, conn: &mut redis::aio::MultiplexedConnection, i: u64) {
-        let reply: redis::Value = self
-            .claim_cmd(i)
-            .invoke_async(conn)
-            .await
-            .expect("the raw claim");
-        if let Some(fence) = Raw::fence(&reply) {
+        let reply = self.claim_cmd(i).invoke_async(conn).await.expect("a claim");
+        if let Some(fence) = self.fence(reply) {
             let _: redis::Value = self
                 .complete_cmd(i, &fence)
                 .invoke_async(conn)
                 .await
-                .expect("the raw completion");
+                .expect("a completion");
         }
     }
 }
@@ -266,127 +359,6 @@ impl Floor {
                 .query_async(conn)
                 .await
                 .unwrap_or(redis::Value::Nil);
-        }
-    }
-}
-
-/// The floor of what rerun's guarantees need on Redis, with none of rerun's own code: each round
-/// trip one atomic step on the server that reads the record, reads the server's clock and
-/// writes, as any claim-or-fetch that judges leases on the server's clock must. A fresh call
-/// is a claim (`GET`; absent, so `TIME` and a `SET` of the clock as the fence, the fingerprint
-/// and the holder) and a fenced completion (`GET`, the fence compared, `TIME`, `SET PX` of the
-/// fence, the fingerprint and the result); a repeated call is the claim finding the record and
-/// returning it, the fingerprint compared on the client. No parsing, no number formatting, no
-/// state table: what is left between this and rerun is rerun's transitions themselves.
-struct Atomic {
-    claim: Code,
-    complete: Code,
-    prefix: String,
-    fingerprint: Vec<u8>,
-    holder: Vec<u8>,
-    result: Vec<u8>,
-}
-
-/// The atomic floor's two steps, as one library of functions (Redis 7) or two scripts.
-const ATOMIC_CLAIM: &str = "local got = redis.call('GET', KEYS[1]) \
-     if got then return got end \
-     local t = redis.call('TIME') \
-     local fence = t[1] .. t[2] \
-     redis.call('SET', KEYS[1], fence .. ARGV[1] .. ARGV[2]) \
-     return fence";
-const ATOMIC_COMPLETE: &str = "local got = redis.call('GET', KEYS[1]) \
-     if not got or string.sub(got, 1, string.len(ARGV[1])) ~= ARGV[1] then return 0 end \
-     local t = redis.call('TIME') \
-     redis.call('SET', KEYS[1], ARGV[1] .. ARGV[2] .. ARGV[3], 'PX', ARGV[4]) \
-     return 1";
-
-impl Atomic {
-    /// Loads the steps as functions where the store uses functions, else as scripts.
-    fn new(prefix: &str, raw: &Raw, conn: &mut redis::Connection, functions: bool) -> Atomic {
-        let as_function = |name: &str, body: &str| {
-            format!("redis.register_function('{name}', function(KEYS, ARGV) {body} end)\n")
-        };
-        let library = format!(
-            "#!lua name=rerun_bench_atomic_floor\n{}{}",
-            as_function("rerun_bench_atomic_claim", ATOMIC_CLAIM),
-            as_function("rerun_bench_atomic_complete", ATOMIC_COMPLETE)
-        );
-        let loaded = functions
-            && redis::cmd("FUNCTION")
-                .arg("LOAD")
-                .arg("REPLACE")
-                .arg(library)
-                .query::<String>(conn)
-                .is_ok();
-        let (claim, complete) = if loaded {
-            (
-                Code::Function("rerun_bench_atomic_claim".to_owned()),
-                Code::Function("rerun_bench_atomic_complete".to_owned()),
-            )
-        } else {
-            (
-                Code::Script(Script::new(ATOMIC_CLAIM)),
-                Code::Script(Script::new(ATOMIC_COMPLETE)),
-            )
-        };
-        Atomic {
-            claim,
-            complete,
-            prefix: prefix.to_owned(),
-            fingerprint: raw.fingerprint.clone(),
-            holder: raw.holder.clone(),
-            result: raw.result.clone(),
-        }
-    }
-    fn key(&self, i: u64) -> String {
-        format!("{}{{bench:{i}}}", self.prefix)
-    }
-    fn claim_cmd(&self, i: u64) -> Invocation<'_> {
-        self.claim
-            .invocation(self.key(i), &[&self.fingerprint[..], &self.holder[..]])
-    }
-    /// The fence of a claim, or `None` when the record was there (its fingerprint checked).
-    fn fence(&self, reply: redis::Value) -> Option<Vec<u8>> {
-        match reply {
-            redis::Value::BulkString(got) if got.len() >= 16 + 32 => {
-                // Found: the fingerprint is after the fence, whose digits the client knows
-                // to be 15 or 16 (seconds and microseconds of this century).
-                let matches =
-                    (11..=16).any(|at| got.get(at..at + 32) == Some(&self.fingerprint[..]));
-                assert!(matches, "a record of the atomic floor with another payload");
-                None
-            }
-            redis::Value::BulkString(fence) => Some(fence),
-            other => panic!("the atomic floor's claim replied {other:?}"),
-        }
-    }
-    fn complete_cmd(&self, i: u64, fence: &[u8]) -> Invocation<'_> {
-        self.complete.invocation(
-            self.key(i),
-            &[fence, &self.fingerprint[..], &self.result[..], b"3600000"],
-        )
-    }
-    fn sync(&self, conn: &mut redis::Connection, i: u64) {
-        let reply = self.claim_cmd(i).invoke(conn).expect("the atomic claim");
-        if let Some(fence) = self.fence(reply) {
-            let _: redis::Value = self
-                .complete_cmd(i, &fence)
-                .invoke(conn)
-                .expect("the atomic completion");
-        }
-    }
-    async fn run_async(&self, conn: &mut redis::aio::MultiplexedConnection, i: u64) {
-        let reply = self
-            .claim_cmd(i)
-            .invoke_async(conn)
-            .await
-            .expect("the atomic claim");
-        if let Some(fence) = self.fence(reply) {
-            let _: redis::Value = self
-                .complete_cmd(i, &fence)
-                .invoke_async(conn)
-                .await
-                .expect("the atomic completion");
         }
     }
 }
@@ -557,7 +529,7 @@ fn main() {
     let raw_prefix = format!("rerun-bench-{run}:raw:");
     let store = RedisStore::connect_with(&url, RedisOptions::new().prefix(&store_prefix))
         .expect("connecting");
-    let raw = Raw::new(&raw_prefix, &store);
+    let raw = Scripted::rerun(&raw_prefix, &store);
     let client = redis::Client::open(url.as_str()).expect("a Redis URL");
     let conns: Vec<std::sync::Mutex<redis::Connection>> = (0..16)
         .map(|_| std::sync::Mutex::new(client.get_connection().expect("a raw connection")))
@@ -580,7 +552,7 @@ fn main() {
     let floor_prefix = format!("rerun-bench-{run}:floor:");
     let floor = Floor::new(&floor_prefix, &raw.result);
     let atomic_prefix = format!("rerun-bench-{run}:atomic:");
-    let atomic = Atomic::new(
+    let atomic = Scripted::atomic(
         &atomic_prefix,
         &raw,
         &mut admin,

@@ -5,8 +5,11 @@
 -- ARGV[1]  the payload fingerprint (32 bytes)
 -- ARGV[2]  the claiming holder (`Holder::encode`)
 -- ARGV[3]  the lease, in microseconds
--- ARGV[4]  '1' for an at-most-once claim, else '0'
--- ARGV[5]  the fence whose holder the caller proved dead (steal), or ''
+-- ARGV[4]  '1' for an at-most-once claim, else '0' (absent: '0')
+-- ARGV[5]  the fence whose holder the caller proved dead (steal), or '' (absent: '')
+--
+-- The client leaves out the last arguments when they are the defaults: Redis makes a Lua
+-- string of every argument before the function runs, a replay included.
 --
 -- Replies:
 --   fence, an integer: claimed, nothing abandoned (the most frequent answer, and the cheapest
@@ -17,7 +20,8 @@
 --   {'version', found} (written by a newer rerun) | {'corrupt', why}
 local rec = KEYS[1]
 -- The lease stays a string until the one sum that needs it as a number (see `clock`).
-local fp, holder, lease_us, once, steal = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+local fp, holder, lease_us = ARGV[1], ARGV[2], ARGV[3]
+local once, steal = ARGV[4] or '0', ARGV[5] or ''
 
 -- PREFETCHED: the GET made before the shared code (replay.lua).
 local raw, err = load(rec, PREFETCHED)

@@ -18,7 +18,7 @@ local raw = redis.pcall('GET', rec)
 -- are stored, and writes every other field anew: no table, no number read, the new numbers in
 -- one format. On a Lua server every library call costs, so this path makes as few as it can.
 if type(raw) == 'string' and string.sub(raw, 1, 2) == FORMAT .. 'p'
-    and string.len(raw) >= HEADER and string.sub(raw, 4, 19) == ARGV[1] then
+    and #raw >= HEADER and string.sub(raw, 4, 19) == ARGV[1] then
   local now = clock()
   local expires_ms = math.floor((now + ARGV[3]) / 1000)
   -- The same bytes as build('c', once, fence, 0, expires_ms * 1000, now, fingerprint, '',

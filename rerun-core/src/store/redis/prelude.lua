@@ -32,7 +32,7 @@ end
 
 -- Numbers are numbers or 16-digit fields (`pad`).
 local function build(st, on, fe, lu, ex, ch, fp, ho, re)
-  local hl = string.len(ho)
+  local hl = #ho
   return FORMAT .. st .. on .. pad(fe) .. pad(lu) .. pad(ex) .. pad(ch) .. fp ..
     (hl == 0 and '0000' or string.format('%04d', hl)) .. ho .. re
 end
@@ -44,7 +44,7 @@ local function parse(raw)
     if tonumber(v) and tonumber(v) > tonumber(FORMAT) then return nil, 'version', v end
     return nil, 'the record has an unknown format'
   end
-  if string.len(raw) < HEADER then return nil, 'the record is shorter than its header' end
+  if #raw < HEADER then return nil, 'the record is shorter than its header' end
   -- fes: the fence as stored, to be written back unformatted.
   local fes = string.sub(raw, 4, 19)
   local r = {
@@ -57,7 +57,7 @@ local function parse(raw)
   if not (r.fe and r.lu and r.ex and r.ch and hl) then
     return nil, 'a number in the record is malformed'
   end
-  if string.len(raw) < HEADER + hl then return nil, 'the record is truncated' end
+  if #raw < HEADER + hl then return nil, 'the record is truncated' end
   r.ho = string.sub(raw, HEADER + 1, HEADER + hl)
   r.re = string.sub(raw, HEADER + hl + 1)
   return r
@@ -77,7 +77,7 @@ local function upgrade(rec)
   local fe = tonumber(h[3])
   if not st or not fe or fe < 0 or fe > WIDEST or tonumber(h[1] or '') ~= 1 then return nil end
   local fp = h[4] or string.rep('\0', 32)
-  if string.len(fp) ~= 32 then return nil end
+  if #fp ~= 32 then return nil end
   -- A lease end or an expiry beyond the field's width means "never" in practice: kept as the
   -- widest value, never written across the next field.
   local lu = math.max(0, math.min(tonumber(h[7]) or 0, WIDEST))

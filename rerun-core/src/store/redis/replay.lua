@@ -6,7 +6,7 @@
 -- the fingerprint decides between replay and mismatch. Anything else goes on to the full path
 -- below, which reuses this read.
 local PREFETCHED = redis.pcall('GET', KEYS[1])
-if type(PREFETCHED) == 'string' and string.byte(PREFETCHED, 1) == @FORMAT_BYTE@
-    and string.byte(PREFETCHED, 2) == 99 then
-  return PREFETCHED
+if type(PREFETCHED) == 'string' then
+  local format, state = string.byte(PREFETCHED, 1, 2)
+  if format == @FORMAT_BYTE@ and state == 99 then return PREFETCHED end
 end
