@@ -8,6 +8,11 @@
 //! | the handler is still running | `+WPI` (in progress) every third of the consumer's `ack_wait` |
 //!
 //! The message id is the `Nats-Msg-Id` header; the attempt is the consumer's delivery count.
+//! A dead-lettered copy's own `Nats-Msg-Id` names the message's stream, sequence and time of
+//! storing: a message that comes back after its copy was stored (the consumer died, or its
+//! `+TERM` was lost) is dead-lettered again, and the dead-letter stream drops the second copy
+//! as a duplicate, within its duplicate window (2 minutes by default; keep it longer than the
+//! consumer's `ack_wait`).
 //! Leave the consumer's `max_deliver` unlimited (the default) and let [`Policy`](crate::Policy)
 //! decide when a failing message is given up, or the server drops it without a trace.
 
@@ -220,6 +225,21 @@ fn header_value(value: &str) -> String {
     out
 }
 
+/// The `Nats-Msg-Id` of a message's dead-lettered copy: the stream, the message's sequence in
+/// it and when the stream stored it. Every delivery of one message gives the same id, and no
+/// other message's copy has it; so when a message comes back after its copy was stored (its
+/// `+TERM` was lost, or the consumer died between the two), the dead-letter stream drops the
+/// second copy as a duplicate, within its duplicate window (2 minutes unless the stream sets
+/// another; keep it longer than the consumer's `ack_wait`).
+fn dead_letter_id(info: &jetstream::message::Info<'_>) -> String {
+    format!(
+        "rerun-dead-letter:{}:{}:{}",
+        info.stream,
+        info.stream_sequence,
+        info.published.unix_timestamp_nanos()
+    )
+}
+
 struct JsDelivery {
     inner: jetstream::Message,
     message: Message,
@@ -257,6 +277,34 @@ impl JsDelivery {
     async fn send(&self, kind: AckKind) -> Result<(), String> {
         self.inner.ack_with(kind).await.map_err(|e| e.to_string())
     }
+
+    /// Stores the message's copy on the dead-letter subject, if one is set.
+    async fn store_copy(&self, reason: &str) -> Result<(), String> {
+        let Some(target) = &self.dead_letter else {
+            return Ok(());
+        };
+        let (js, subject) = &**target;
+        // The copy's `Nats-Msg-Id` names this message's place in its stream, never the
+        // original's id (the dead-letter stream may be the original's own, and must not
+        // drop the copy as a duplicate of it). The id and the subject came off the wire as
+        // a header and a subject, which hold no line breaks; the reason may quote the body
+        // (a decoding error does), so it is escaped.
+        let mut headers = async_nats::HeaderMap::new();
+        if let Ok(info) = self.inner.info() {
+            headers.insert(async_nats::header::NATS_MESSAGE_ID, dead_letter_id(&info));
+        }
+        if let Some(id) = self.message.id() {
+            headers.insert("Rerun-Dead-Letter-Msg-Id", id);
+        }
+        headers.insert(DEAD_REASON_HEADER, header_value(reason));
+        headers.insert(DEAD_SUBJECT_HEADER, self.message.subject());
+        let published = js
+            .publish_with_headers(subject.clone(), headers, self.inner.payload.clone())
+            .await
+            .map_err(|e| e.to_string())?;
+        published.await.map_err(|e| e.to_string())?;
+        Ok(())
+    }
 }
 
 impl Delivery for JsDelivery {
@@ -271,25 +319,9 @@ impl Delivery for JsDelivery {
             .await
     }
     async fn dead_letter(&self, reason: &str) -> Result<(), String> {
-        if let Some(target) = &self.dead_letter {
-            let (js, subject) = &**target;
-            // The copy carries no `Nats-Msg-Id`: the stream must not deduplicate it against
-            // the original. The id and the subject came off the wire as a header and a
-            // subject, which hold no line breaks; the reason may quote the body (a decoding
-            // error does), so it is escaped.
-            let mut headers = async_nats::HeaderMap::new();
-            if let Some(id) = self.message.id() {
-                headers.insert("Rerun-Dead-Letter-Msg-Id", id);
-            }
-            headers.insert(DEAD_REASON_HEADER, header_value(reason));
-            headers.insert(DEAD_SUBJECT_HEADER, self.message.subject());
-            let published = js
-                .publish_with_headers(subject.clone(), headers, self.inner.payload.clone())
-                .await
-                .map_err(|e| e.to_string())?;
-            // Terminated only once the copy is stored: a crash in between redelivers it.
-            published.await.map_err(|e| e.to_string())?;
-        }
+        // Terminated only once the copy is stored: a crash in between redelivers it, and the
+        // copy's id keeps the next delivery's copy out of the dead-letter stream.
+        self.store_copy(reason).await?;
         self.send(AckKind::Term).await
     }
     async fn release(&self) -> Result<(), String> {
@@ -306,6 +338,97 @@ impl Delivery for JsDelivery {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A message that comes back after its dead-lettered copy was stored (the consumer died
+    /// before its `+TERM`, or the `+TERM` was lost) is dead-lettered again, and the dead-letter
+    /// stream keeps one copy. A real server, with an `ack_wait` of 1 s.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_message_back_after_its_copy_was_stored_has_one_copy() {
+        use async_nats::jetstream::{consumer::pull, stream};
+        let Some(url) = rerun_core::testing::service_url("RERUN_TEST_NATS_URL") else {
+            return;
+        };
+        let js = jetstream::new(async_nats::connect(&url).await.expect("connecting to NATS"));
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0);
+        let name = format!("rq_unit_dead_{}_{nanos}", std::process::id());
+        let dead = format!("{name}_dead");
+        for (stream, subject) in [
+            (&name, format!("{name}.in")),
+            (&dead, format!("{name}.dead")),
+        ] {
+            js.get_or_create_stream(stream::Config {
+                name: stream.clone(),
+                subjects: vec![subject],
+                ..Default::default()
+            })
+            .await
+            .expect("creating a stream");
+        }
+        let consumer: PullConsumer = js
+            .get_stream(&name)
+            .await
+            .expect("the stream")
+            .create_consumer(pull::Config {
+                durable_name: Some(name.clone()),
+                ack_wait: Duration::from_secs(1),
+                ..Default::default()
+            })
+            .await
+            .expect("creating the consumer");
+        for id in ["m-1", "m-2"] {
+            let mut headers = async_nats::HeaderMap::new();
+            headers.insert(async_nats::header::NATS_MESSAGE_ID, id);
+            js.publish_with_headers(format!("{name}.in"), headers, id.as_bytes().to_vec().into())
+                .await
+                .expect("publishing")
+                .await
+                .expect("stored");
+        }
+        let target = Some(Arc::new((js.clone(), format!("{name}.dead"))));
+        let mut messages = consumer.messages().await.expect("pulling");
+        async fn next(
+            messages: &mut pull::Stream,
+            target: &Option<Arc<(jetstream::Context, String)>>,
+        ) -> JsDelivery {
+            let m = tokio::time::timeout(Duration::from_secs(10), messages.next())
+                .await
+                .expect("a delivery within 10 s")
+                .expect("the stream goes on")
+                .expect("a message");
+            JsDelivery::new(m, Duration::from_secs(1), target.clone())
+        }
+        // m-1's copy is stored, and its consumer dies before the +TERM; m-2 is dead-lettered.
+        let first = next(&mut messages, &target).await;
+        assert_eq!(first.message.id(), Some("m-1"));
+        first.store_copy("hopeless").await.expect("the copy");
+        drop(first);
+        let other = next(&mut messages, &target).await;
+        assert_eq!(other.message.id(), Some("m-2"));
+        other.dead_letter("hopeless").await.expect("dead-lettered");
+        // m-1 again, after its ack wait: the whole dead-letter path.
+        let again = next(&mut messages, &target).await;
+        assert_eq!(
+            (again.message.id(), again.message.attempt()),
+            (Some("m-1"), 2)
+        );
+        again.dead_letter("hopeless").await.expect("dead-lettered");
+        let mut dead_stream = js.get_stream(&dead).await.expect("the dead-letter stream");
+        let kept = dead_stream.info().await.expect("its info").state.messages;
+        let mut consumer = consumer;
+        let pending = consumer
+            .info()
+            .await
+            .expect("the consumer's info")
+            .num_ack_pending;
+        for stream in [&name, &dead] {
+            let _ = js.delete_stream(stream).await;
+        }
+        assert_eq!(kept, 2, "one copy of m-1 and one of m-2");
+        assert_eq!(pending, 0, "both terminated");
+    }
 
     #[test]
     fn header_values_hold_no_line_breaks_and_are_capped() {

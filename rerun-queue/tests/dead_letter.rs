@@ -47,8 +47,8 @@ async fn rig(tag: &str) -> Option<Rig> {
 }
 
 /// A body whose decoding error quotes line breaks and headers: the reason must not add them
-/// to the dead-lettered copy (a `Nats-Msg-Id` there made the dead-letter stream drop the
-/// second copy as a duplicate, a `Nats-Expected-Stream` made the publish fail).
+/// to the dead-lettered copy (a `Nats-Msg-Id` of the reason's made the dead-letter stream drop
+/// the second copy as a duplicate, a `Nats-Expected-Stream` made the publish fail).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reason_adds_no_header_to_the_dead_letter() {
     let Some(rig) = rig("inject").await else {
@@ -110,6 +110,7 @@ async fn a_reason_adds_no_header_to_the_dead_letter() {
         assert_eq!(
             names,
             [
+                "nats-msg-id",
                 "rerun-dead-letter-msg-id",
                 "rerun-dead-letter-reason",
                 "rerun-dead-letter-subject"
@@ -123,6 +124,16 @@ async fn a_reason_adds_no_header_to_the_dead_letter() {
                 .unwrap_or_default()
         };
         assert_eq!(header("Rerun-Dead-Letter-Msg-Id"), id);
+        // The copy's own id names the message's place in its stream, never the reason's text.
+        let own = copy
+            .headers
+            .get(async_nats::header::NATS_MESSAGE_ID)
+            .map(|v| v.as_str().to_owned())
+            .unwrap_or_default();
+        assert!(
+            own.starts_with(&format!("rerun-dead-letter:{}:", rig.name)),
+            "{own}"
+        );
         assert_eq!(header(DEAD_SUBJECT_HEADER), format!("{}.in", rig.name));
         let reason = header(DEAD_REASON_HEADER);
         assert!(reason.contains("unknown variant"), "{reason}");
