@@ -49,6 +49,7 @@ mod handler;
 pub mod holder;
 pub mod key;
 pub mod lock;
+pub mod printable;
 #[cfg(feature = "http")]
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub mod problem;

@@ -57,7 +57,6 @@ mod failure;
 pub mod handler;
 mod message;
 mod policy;
-mod printable;
 mod runner;
 mod settings;
 pub mod shutdown;

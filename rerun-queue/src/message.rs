@@ -2,7 +2,7 @@
 
 use bytes::Bytes;
 
-use crate::printable::one_line;
+use rerun_core::printable::escaped;
 
 /// One delivery of a message, as the broker handed it over.
 ///
@@ -80,9 +80,9 @@ impl Message {
     /// assert_eq!(m.describe(), "orders (id evt-1\\r\\nWARN forged, attempt 1)");
     /// ```
     pub fn describe(&self) -> String {
-        let subject = one_line(&self.subject);
+        let subject = escaped(&self.subject);
         match &self.id {
-            Some(id) => format!("{subject} (id {}, attempt {})", one_line(id), self.attempt),
+            Some(id) => format!("{subject} (id {}, attempt {})", escaped(id), self.attempt),
             None => format!("{subject} (no id, attempt {})", self.attempt),
         }
     }

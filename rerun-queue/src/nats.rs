@@ -176,7 +176,7 @@ impl Source for Pull {
                     // Missed heartbeats and pull errors are usually a reconnect in progress:
                     // the client re-issues its pulls; only a run of them ends the consumer.
                     self.errors += 1;
-                    tracing::warn!(error = %e, "rerun-queue: JetStream pull error");
+                    tracing::warn!(error = %rerun_core::printable::escaped(&e.to_string()), "rerun-queue: JetStream pull error");
                     if self.errors >= MAX_STREAM_ERRORS {
                         return Some(Err(Error::broker("pulling JetStream messages", e)));
                     }
@@ -213,7 +213,7 @@ fn header_value(value: &str) -> String {
     while !value.is_char_boundary(take) {
         take -= 1;
     }
-    let mut out = crate::printable::one_line(&value[..take]).into_owned();
+    let mut out = rerun_core::printable::escaped(&value[..take]).into_owned();
     if take < value.len() || out.len() > MAX_REASON_BYTES {
         let mut end = MAX_REASON_BYTES - CUT.len();
         while !out.is_char_boundary(end) {

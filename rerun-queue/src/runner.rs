@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::FutureExt;
+use rerun_core::printable::escaped;
 use tokio::sync::{watch, Semaphore};
 use tokio::task::{JoinError, JoinSet};
 
@@ -198,7 +199,7 @@ async fn process<D: Delivery, H: Handler + ?Sized>(
                 // The broker would redeliver the message to another consumer when its timer
                 // runs out; rerun's lease is being renewed meanwhile, so this handler is alive.
                 if let Err(e) = delivery.progress().await {
-                    tracing::debug!(message = %delivery.message().describe(), error = %e, "rerun-queue: could not extend the redelivery timer");
+                    tracing::debug!(message = %delivery.message().describe(), error = %escaped(&e), "rerun-queue: could not extend the redelivery timer");
                 }
             }
             _ = aborted(&mut phase) => {
@@ -265,7 +266,7 @@ async fn settle<D: Delivery>(
         }
         Action::Redeliver(after) => {
             if let Handled::Failed(f) = handled {
-                tracing::debug!(message = %message.describe(), reason = %crate::printable::one_line(&f.to_string()), ?after, "rerun-queue: redelivering later");
+                tracing::debug!(message = %message.describe(), reason = %escaped(&f.to_string()), ?after, "rerun-queue: redelivering later");
             }
             redeliver(delivery, after, report, &mut phase).await
         }
@@ -278,7 +279,7 @@ async fn settle<D: Delivery>(
                 subject = message.subject(),
                 message_id = message.id().unwrap_or(""),
                 attempt = message.attempt(),
-                reason = %crate::printable::one_line(&reason),
+                reason = %escaped(&reason),
                 "rerun-queue: message dead-lettered: {}",
                 message.describe()
             );
@@ -295,7 +296,7 @@ async fn settle<D: Delivery>(
                     count(report, |r| r.settle_failures += 1);
                     tracing::warn!(
                         message = %message.describe(),
-                        error = %e,
+                        error = %escaped(&e),
                         after = ?retry_after,
                         "rerun-queue: could not dead-letter the message; it is redelivered later to be dead-lettered again"
                     );
@@ -306,7 +307,7 @@ async fn settle<D: Delivery>(
     };
     if let Err(e) = result {
         count(report, |r| r.settle_failures += 1);
-        tracing::warn!(message = %message.describe(), error = %e, ?action, "rerun-queue: the broker did not take the settlement; the message will be redelivered (and replayed if it was recorded)");
+        tracing::warn!(message = %message.describe(), error = %escaped(&e), ?action, "rerun-queue: the broker did not take the settlement; the message will be redelivered (and replayed if it was recorded)");
     }
 }
 
@@ -315,7 +316,7 @@ async fn settle_released<D: Delivery>(delivery: &D, report: &Mutex<Report>) {
         Ok(()) => count(report, |r| r.released += 1),
         Err(e) => {
             count(report, |r| r.settle_failures += 1);
-            tracing::warn!(message = %delivery.message().describe(), error = %e, "rerun-queue: could not hand an unfinished message back; the broker redelivers it when its timer runs out");
+            tracing::warn!(message = %delivery.message().describe(), error = %escaped(&e), "rerun-queue: could not hand an unfinished message back; the broker redelivers it when its timer runs out");
         }
     }
 }

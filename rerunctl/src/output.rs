@@ -1,7 +1,6 @@
 //! What the commands print: JSON documents, aligned columns, and text made safe for a terminal.
 
 use std::borrow::Cow;
-use std::fmt::Write as _;
 use std::io::Write as _;
 use std::time::Duration;
 
@@ -11,6 +10,11 @@ use serde::Serialize;
 use unicode_width::UnicodeWidthStr as _;
 
 use crate::failure::Failure;
+
+/// `text` with control, line-separating and bidirectional-formatting characters escaped
+/// (`\n`, `\u{202e}`), so that nothing a store holds can move the cursor, clear the screen or
+/// reorder a line (see [`rerun_core::printable::escaped`]).
+pub use rerun_core::printable::escaped as terminal_safe;
 
 /// Writes one JSON document (pretty-printed, with a final newline) on stdout.
 pub fn print_json<T: Serialize + ?Sized>(doc: &T) -> Result<(), Failure> {
@@ -35,32 +39,6 @@ pub fn print_text(text: &str) -> Result<(), Failure> {
 /// Writes a note for people on stderr (never for scripts: no JSON there).
 pub fn note(text: &str) {
     let _ = writeln!(std::io::stderr().lock(), "{}", terminal_safe(text));
-}
-
-/// Characters that reorder the text around them on a terminal, hiding what a line says.
-fn is_bidi_control(c: char) -> bool {
-    matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
-}
-
-/// `text` with control and bidirectional-formatting characters escaped (`\n`, `\u{202e}`), so
-/// that nothing a store holds can move the cursor, clear the screen or reorder a line.
-pub fn terminal_safe(text: &str) -> Cow<'_, str> {
-    if !text.chars().any(|c| c.is_control() || is_bidi_control(c)) {
-        return Cow::Borrowed(text);
-    }
-    let mut out = String::with_capacity(text.len() + 8);
-    for c in text.chars() {
-        match c {
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if c.is_control() || is_bidi_control(c) => {
-                let _ = write!(out, "\\u{{{:x}}}", c as u32);
-            }
-            c => out.push(c),
-        }
-    }
-    Cow::Owned(out)
 }
 
 /// A scope as printed: as itself (a valid scope has no control character, so it can be typed

@@ -28,6 +28,8 @@ use std::fmt::{self, Write as _};
 
 use compact_str::CompactString;
 
+use crate::printable::is_bidi_control;
+
 pub use readable::ParseKeyError;
 
 /// A dedupe key: the scope it lives in and the canonical encoding of its value.
@@ -154,11 +156,6 @@ impl fmt::Display for Shown<'_> {
         }
         Ok(())
     }
-}
-
-/// Characters that reorder the text around them on a terminal, hiding what a line says.
-fn is_bidi_control(c: char) -> bool {
-    matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
 }
 
 impl fmt::Display for Key {
