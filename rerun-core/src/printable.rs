@@ -18,7 +18,7 @@ pub fn hides_text(c: char) -> bool {
 }
 
 /// The bidirectional formatting characters: the marks, embeddings, overrides and isolates.
-pub(crate) fn is_bidi_control(c: char) -> bool {
+fn is_bidi_control(c: char) -> bool {
     matches!(
         c,
         '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}'

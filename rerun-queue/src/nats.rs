@@ -11,8 +11,8 @@
 //! A dead-lettered copy's own `Nats-Msg-Id` names the message's stream, sequence and time of
 //! storing: a message that comes back after its copy was stored (the consumer died, or its
 //! `+TERM` was lost) is dead-lettered again, and the dead-letter stream drops the second copy
-//! as a duplicate, within its duplicate window (2 minutes by default; keep it longer than the
-//! consumer's `ack_wait`).
+//! as a duplicate within its duplicate window (see
+//! [`JetStreamConsumer::dead_letter_subject`]).
 //! Leave the consumer's `max_deliver` unlimited (the default) and let [`Policy`](crate::Policy)
 //! decide when a failing message is given up, or the server drops it without a trace.
 
@@ -36,6 +36,11 @@ pub const MSG_ID_HEADER: &str = "Nats-Msg-Id";
 pub const DEAD_REASON_HEADER: &str = "Rerun-Dead-Letter-Reason";
 /// The header a dead-lettered copy carries with the subject it came from.
 pub const DEAD_SUBJECT_HEADER: &str = "Rerun-Dead-Letter-Subject";
+/// The header a dead-lettered copy carries with the original's message id (its own
+/// [`MSG_ID_HEADER`] names the dead letter, see [`JetStreamConsumer::dead_letter_subject`]): a
+/// tool that publishes a copy back to be run again restores the original's id from it, or the
+/// message runs under a new key.
+pub const DEAD_MSG_ID_HEADER: &str = "Rerun-Dead-Letter-Msg-Id";
 
 /// A JetStream pull consumer that runs every message through a rerun [`Handler`].
 ///
@@ -103,13 +108,23 @@ impl<H: Handler + ?Sized> JetStreamConsumer<H> {
     }
 
     /// Before terminating a message, publish a copy to `subject` (through `js`, so a stream
-    /// capturing it stores it), with the headers [`DEAD_REASON_HEADER`] and
-    /// [`DEAD_SUBJECT_HEADER`]. Without it, a terminated message stays in its stream and
-    /// the server's `MSG_TERMINATED` advisory (servers from 2.10) names it.
+    /// capturing it stores it), with the headers [`DEAD_REASON_HEADER`],
+    /// [`DEAD_SUBJECT_HEADER`] and [`DEAD_MSG_ID_HEADER`]. Without it, a terminated message
+    /// stays in its stream and the server's `MSG_TERMINATED` advisory (servers from 2.10)
+    /// names it.
     ///
     /// The reason header has its control characters escaped and is cut to 1 KiB. A message
     /// whose copy cannot be stored (no stream captures `subject`, the stream is full) is not
     /// terminated: it is redelivered after the policy's backoff and dead-lettered again.
+    ///
+    /// The copy's own [`MSG_ID_HEADER`] names the message's stream, sequence and time of
+    /// storing, the same for every delivery of it. A message that comes back after its copy
+    /// was stored (the consumer died before its `+TERM`, or the `+TERM` was lost) is
+    /// dead-lettered again, and the dead-letter stream drops the second copy as a duplicate if
+    /// it arrives within the stream's duplicate window (2 minutes by default). Outside the
+    /// window a second copy is kept: set the window longer than a message takes to come back
+    /// and fail again (the consumer's `ack_wait`, plus the time no consumer runs, plus the
+    /// handler's own run).
     pub fn dead_letter_subject(
         mut self,
         js: jetstream::Context,
@@ -229,8 +244,8 @@ fn header_value(value: &str) -> String {
 /// it and when the stream stored it. Every delivery of one message gives the same id, and no
 /// other message's copy has it; so when a message comes back after its copy was stored (its
 /// `+TERM` was lost, or the consumer died between the two), the dead-letter stream drops the
-/// second copy as a duplicate, within its duplicate window (2 minutes unless the stream sets
-/// another; keep it longer than the consumer's `ack_wait`).
+/// second copy as a duplicate within its duplicate window (see
+/// [`JetStreamConsumer::dead_letter_subject`]).
 fn dead_letter_id(info: &jetstream::message::Info<'_>) -> String {
     format!(
         "rerun-dead-letter:{}:{}:{}",
@@ -290,11 +305,18 @@ impl JsDelivery {
         // a header and a subject, which hold no line breaks; the reason may quote the body
         // (a decoding error does), so it is escaped.
         let mut headers = async_nats::HeaderMap::new();
-        if let Ok(info) = self.inner.info() {
-            headers.insert(async_nats::header::NATS_MESSAGE_ID, dead_letter_id(&info));
+        match self.inner.info() {
+            Ok(info) => {
+                headers.insert(async_nats::header::NATS_MESSAGE_ID, dead_letter_id(&info));
+            }
+            Err(e) => tracing::debug!(
+                message = %self.message.describe(),
+                error = %rerun_core::printable::escaped(&e.to_string()),
+                "rerun-queue: no JetStream metadata; the dead-lettered copy has no id of its own"
+            ),
         }
         if let Some(id) = self.message.id() {
-            headers.insert("Rerun-Dead-Letter-Msg-Id", id);
+            headers.insert(DEAD_MSG_ID_HEADER, id);
         }
         headers.insert(DEAD_REASON_HEADER, header_value(reason));
         headers.insert(DEAD_SUBJECT_HEADER, self.message.subject());
@@ -341,7 +363,7 @@ mod tests {
 
     /// A message that comes back after its dead-lettered copy was stored (the consumer died
     /// before its `+TERM`, or the `+TERM` was lost) is dead-lettered again, and the dead-letter
-    /// stream keeps one copy. A real server, with an `ack_wait` of 1 s.
+    /// stream keeps one copy. A real server.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_message_back_after_its_copy_was_stored_has_one_copy() {
         use async_nats::jetstream::{consumer::pull, stream};
@@ -373,11 +395,41 @@ mod tests {
             .expect("the stream")
             .create_consumer(pull::Config {
                 durable_name: Some(name.clone()),
-                ack_wait: Duration::from_secs(1),
+                ack_wait: Duration::from_secs(3),
                 ..Default::default()
             })
             .await
             .expect("creating the consumer");
+        // The streams go whatever the test finds.
+        let run = std::panic::AssertUnwindSafe(copies_of_a_message_back(&js, &name, consumer));
+        let found = futures::FutureExt::catch_unwind(run).await;
+        for stream in [&name, &dead] {
+            let _ = js.delete_stream(stream).await;
+        }
+        let (kept, pending) = found.unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        assert_eq!(kept, 2, "one copy of m-1 and one of m-2");
+        assert_eq!(pending, 0, "both terminated");
+    }
+
+    /// m-1's copy stored without a `+TERM`, m-2 dead-lettered, m-1 again after its `ack_wait`
+    /// (3 s) down the whole path: the copies the dead-letter stream keeps, and the messages
+    /// still pending once the `+TERM`s (sent without waiting for the server) have landed.
+    async fn copies_of_a_message_back(
+        js: &jetstream::Context,
+        name: &str,
+        mut consumer: PullConsumer,
+    ) -> (u64, usize) {
+        async fn next(
+            messages: &mut jetstream::consumer::pull::Stream,
+            target: &Option<Arc<(jetstream::Context, String)>>,
+        ) -> JsDelivery {
+            let m = tokio::time::timeout(Duration::from_secs(10), messages.next())
+                .await
+                .expect("a delivery within 10 s")
+                .expect("the stream goes on")
+                .expect("a message");
+            JsDelivery::new(m, Duration::from_secs(1), target.clone())
+        }
         for id in ["m-1", "m-2"] {
             let mut headers = async_nats::HeaderMap::new();
             headers.insert(async_nats::header::NATS_MESSAGE_ID, id);
@@ -389,18 +441,6 @@ mod tests {
         }
         let target = Some(Arc::new((js.clone(), format!("{name}.dead"))));
         let mut messages = consumer.messages().await.expect("pulling");
-        async fn next(
-            messages: &mut pull::Stream,
-            target: &Option<Arc<(jetstream::Context, String)>>,
-        ) -> JsDelivery {
-            let m = tokio::time::timeout(Duration::from_secs(10), messages.next())
-                .await
-                .expect("a delivery within 10 s")
-                .expect("the stream goes on")
-                .expect("a message");
-            JsDelivery::new(m, Duration::from_secs(1), target.clone())
-        }
-        // m-1's copy is stored, and its consumer dies before the +TERM; m-2 is dead-lettered.
         let first = next(&mut messages, &target).await;
         assert_eq!(first.message.id(), Some("m-1"));
         first.store_copy("hopeless").await.expect("the copy");
@@ -408,26 +448,34 @@ mod tests {
         let other = next(&mut messages, &target).await;
         assert_eq!(other.message.id(), Some("m-2"));
         other.dead_letter("hopeless").await.expect("dead-lettered");
-        // m-1 again, after its ack wait: the whole dead-letter path.
         let again = next(&mut messages, &target).await;
         assert_eq!(
             (again.message.id(), again.message.attempt()),
             (Some("m-1"), 2)
         );
         again.dead_letter("hopeless").await.expect("dead-lettered");
-        let mut dead_stream = js.get_stream(&dead).await.expect("the dead-letter stream");
-        let kept = dead_stream.info().await.expect("its info").state.messages;
-        let mut consumer = consumer;
-        let pending = consumer
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        let pending = loop {
+            let pending = consumer
+                .info()
+                .await
+                .expect("the consumer's info")
+                .num_ack_pending;
+            if pending == 0 || tokio::time::Instant::now() > deadline {
+                break pending;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        let kept = js
+            .get_stream(format!("{name}_dead"))
+            .await
+            .expect("the dead-letter stream")
             .info()
             .await
-            .expect("the consumer's info")
-            .num_ack_pending;
-        for stream in [&name, &dead] {
-            let _ = js.delete_stream(stream).await;
-        }
-        assert_eq!(kept, 2, "one copy of m-1 and one of m-2");
-        assert_eq!(pending, 0, "both terminated");
+            .expect("its info")
+            .state
+            .messages;
+        (kept, pending)
     }
 
     #[test]

@@ -276,8 +276,8 @@ async fn settle<D: Delivery>(
                 Handled::Done { .. } => String::from("done"),
             };
             tracing::warn!(
-                subject = message.subject(),
-                message_id = message.id().unwrap_or(""),
+                subject = %escaped(message.subject()),
+                message_id = %escaped(message.id().unwrap_or("")),
                 attempt = message.attempt(),
                 reason = %escaped(&reason),
                 "rerun-queue: message dead-lettered: {}",

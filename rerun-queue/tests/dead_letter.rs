@@ -10,7 +10,7 @@ use std::time::Duration;
 use common::{eventually, unique, Broker, Rig};
 use futures::future::BoxFuture;
 use rerun_core::{Error, Idempotent, MemoryStore};
-use rerun_queue::nats::{DEAD_REASON_HEADER, DEAD_SUBJECT_HEADER};
+use rerun_queue::nats::{DEAD_MSG_ID_HEADER, DEAD_REASON_HEADER, DEAD_SUBJECT_HEADER};
 use rerun_queue::{handler, Failure, FailureKind, Handled, Handler, Message, Policy, Settings};
 use serde::{Deserialize, Serialize};
 
@@ -96,7 +96,7 @@ async fn a_reason_adds_no_header_to_the_dead_letter() {
             .iter()
             .find(|c| {
                 c.headers
-                    .get("Rerun-Dead-Letter-Msg-Id")
+                    .get(DEAD_MSG_ID_HEADER)
                     .is_some_and(|v| v.as_str() == id)
             })
             .unwrap_or_else(|| panic!("no dead letter of {id}"));
@@ -123,7 +123,7 @@ async fn a_reason_adds_no_header_to_the_dead_letter() {
                 .map(|v| v.as_str().to_owned())
                 .unwrap_or_default()
         };
-        assert_eq!(header("Rerun-Dead-Letter-Msg-Id"), id);
+        assert_eq!(header(DEAD_MSG_ID_HEADER), id);
         // The copy's own id names the message's place in its stream, never the reason's text.
         let own = copy
             .headers

@@ -28,7 +28,7 @@ use std::fmt::{self, Write as _};
 
 use compact_str::CompactString;
 
-use crate::printable::is_bidi_control;
+use crate::printable::hides_text;
 
 pub use readable::ParseKeyError;
 
@@ -132,8 +132,8 @@ impl Key {
 /// How many bytes of a scope or an id `Display` and `Debug` show.
 const SHOWN_BYTES: usize = 200;
 
-/// A scope or id as it is shown in logs: control and bidirectional-formatting characters and
-/// `\` escaped (unless the text is a readable id, which has none raw), and cut after
+/// A scope or id as it is shown in logs: control, line-separating and bidirectional-formatting
+/// characters and `\` escaped (unless the text is a readable id, which has none raw), and cut after
 /// [`SHOWN_BYTES`] with the full length.
 struct Shown<'a>(&'a str, bool);
 
@@ -148,7 +148,7 @@ impl fmt::Display for Shown<'_> {
             shown += c.len_utf8();
             if escape && c == '\\' {
                 f.write_str("\\\\")?;
-            } else if c.is_control() || is_bidi_control(c) {
+            } else if hides_text(c) {
                 write!(f, "{}", c.escape_default())?;
             } else {
                 f.write_char(c)?;
@@ -555,6 +555,17 @@ mod tests {
             format!("{key:?}"),
             r#"Key(billing\tcharge/"a\nb\0c\u{1b}[31m\u{202e}\\")"#
         );
+    }
+
+    #[test]
+    fn line_separators_and_bidi_marks_read_escaped_and_parse_back() {
+        let key = Key::new("s", "a\u{2028}b\u{2029}c\u{61c}d");
+        let readable = key.readable_id();
+        assert_eq!(readable, r#""a\u{2028}b\u{2029}c\u{61c}d""#);
+        assert_eq!(key.to_string(), format!("key s/{readable}"));
+        assert_eq!(Key::parse("s", &readable), Ok(key.clone()));
+        // The raw characters, typed in quotes, still name the same key.
+        assert_eq!(Key::parse("s", "\"a\u{2028}b\u{2029}c\u{61c}d\""), Ok(key));
     }
 
     #[test]

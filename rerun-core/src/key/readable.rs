@@ -17,8 +17,9 @@
 //! A string is written bare when it starts with a letter or `_` and holds only letters, digits
 //! and `_ . : @ / + = -` (and is not `true` or `false`); otherwise it is quoted, with `\"`,
 //! `\\`, `\n`, `\r`, `\t`, `\0` and `\u{…}` escapes, so a readable key never holds a raw
-//! control character. An id that is not a canonical encoding (written by hand into a store)
-//! reads as `raw!"…"`.
+//! control, line-separating or bidirectional-formatting character
+//! ([`crate::printable::hides_text`]). An id that is not a canonical encoding (written by hand
+//! into a store) reads as `raw!"…"`.
 
 use std::fmt::Write as _;
 
@@ -144,7 +145,7 @@ fn quote_into(out: &mut String, s: &str, delimiter: char) {
                 out.push('\\');
                 out.push(c);
             }
-            c if c.is_control() || super::is_bidi_control(c) => {
+            c if super::hides_text(c) => {
                 let _ = write!(out, "\\u{{{:x}}}", c as u32);
             }
             c => out.push(c),
