@@ -176,6 +176,7 @@ impl<'a> std::ops::Deref for ClaimArgs<'a> {
     }
 }
 
+/// The arguments of `claim.lua` for `req`, claimed by `holder` (encoded): see [`ClaimArgs`].
 pub(super) fn claim_args<'a>(req: &'a ClaimRequest<'_>, holder: &'a str) -> ClaimArgs<'a> {
     let len = match (req.once, req.steal) {
         (_, Some(_)) => 5,
