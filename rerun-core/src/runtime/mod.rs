@@ -6,6 +6,7 @@
 mod call;
 #[cfg(feature = "tokio")]
 mod detached;
+mod in_span;
 pub(crate) mod keeper;
 pub mod observe;
 mod options;

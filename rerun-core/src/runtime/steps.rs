@@ -18,11 +18,11 @@ use crate::fingerprint::Fingerprint;
 use crate::holder::{Holder, Liveness};
 use crate::key::Key;
 use crate::record::{Claim, ClaimRequest, ClaimResponse, Fence};
+use crate::runtime::in_span::InSpan;
 use crate::runtime::keeper::{keeper, sleep, Job, LeaseState};
 use crate::runtime::telemetry::{self, Report, Verdict};
 use crate::runtime::{Options, Outcome, Reconciled};
 use crate::store::{AsyncStore, Store};
-use tracing::Instrument as _;
 
 /// The store operations one call needs, sync or async.
 pub(crate) trait Backend {
@@ -142,7 +142,9 @@ struct Attempt<'k> {
     holder: Holder,
     options: Options,
     steal: Option<Fence>,
-    deadline: Option<Instant>,
+    /// When the first claim was sent: the wait for a busy key counts from it (one clock read
+    /// serves both, and a replay reads no other).
+    started: Option<Instant>,
     backoff: Duration,
 }
 
@@ -188,7 +190,10 @@ impl<'k> Attempt<'k> {
                     return Step::Retry;
                 }
                 let now = Instant::now();
-                match self.deadline {
+                let deadline = (self.options.wait_duration())
+                    .zip(self.started)
+                    .map(|(wait, from)| crate::clock::later(from, wait));
+                match deadline {
                     Some(deadline) if now < deadline => {
                         let pause = self.backoff.min(deadline - now);
                         self.backoff = (self.backoff * 2).min(Duration::from_millis(50));
@@ -373,12 +378,12 @@ where
         span.record("key", telemetry::key_field(key));
     }
     let mut report = Report::default();
-    // The call's future (its body's state included) is made inside the span's wrapper and
-    // pinned where that is made: awaiting the wrapper by value copied the whole future once
-    // more. The wrapper owns the future, so a call dropped midway (a cancelled task, a panic)
-    // still drops its body and gives its claim back inside the span.
+    // The call's future (its body's state included) is made in the slot it is pinned in and
+    // never moves: a wrapper that owned it would copy it into itself. The slot's wrapper still
+    // drops it inside the span, so a call dropped midway (a cancelled task, a panic) gives its
+    // claim back inside the span.
     let out = {
-        let call = std::pin::pin!(run(
+        let call = std::pin::pin!(Some(run(
             backend,
             key,
             fingerprint,
@@ -386,9 +391,8 @@ where
             reconcile,
             body,
             &mut report,
-        )
-        .instrument(span.clone()));
-        call.await
+        )));
+        InSpan::new(&span, call).await
     };
     span.record("outcome", report.verdict.as_str());
     if let Some(fence) = report.fence {
@@ -429,15 +433,16 @@ where
         holder: Holder::current(),
         options,
         steal: None,
-        deadline: options.wait_duration().map(|w| Instant::now() + w),
+        started: None,
         backoff: Duration::from_millis(1),
     };
     let kind = backend.kind();
     let mut waited = false;
     let (claim, sent) = loop {
-        let request = attempt.request();
         // The lease is granted after this moment; the keeper counts it from here.
         let sent = Instant::now();
+        attempt.started.get_or_insert(sent);
+        let request = attempt.request();
         let response = telemetry::store_op(kind, "claim", backend.claim(&request))
             .await
             .inspect_err(|e| report.verdict = Verdict::of(e))?;
