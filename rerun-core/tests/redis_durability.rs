@@ -199,6 +199,18 @@ fn once_claims_wait_for_replicas_or_are_given_back() {
         .once()
         .run(&s0, || Ok::<_, Error>(()))
         .unwrap();
+    // `Duration::MAX` is no limit, as everywhere in rerun: the server is asked for the longest
+    // wait rerun allows, never for a number it refuses.
+    let unbounded = store(
+        &url,
+        &name,
+        RedisOptions::new().wait_replicas(0, Duration::MAX),
+    )
+    .unwrap();
+    Call::new("charge", "ord_4")
+        .once()
+        .run(&unbounded, || Ok::<_, Error>(()))
+        .unwrap();
     cleanup(&url, &name);
 }
 

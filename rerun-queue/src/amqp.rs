@@ -25,6 +25,7 @@ use lapin::options::{
 };
 use lapin::types::{AMQPValue, FieldTable, ShortString};
 use lapin::{Channel, ExchangeKind};
+use rerun_core::printable::escaped;
 
 use crate::error::Error;
 use crate::handler::Handler;
@@ -234,7 +235,7 @@ impl Source for Consume {
             .basic_cancel(&self.tag, BasicCancelOptions::default())
             .await
         {
-            tracing::warn!(error = %rerun_core::printable::escaped(&e.to_string()), "rerun-queue: could not cancel the AMQP consumer");
+            tracing::warn!(error = %escaped(&e.to_string()), "rerun-queue: could not cancel the AMQP consumer");
         }
         // Deliveries already sent to this consumer and never handed to a handler go back at
         // once instead of waiting for the channel to close.

@@ -23,6 +23,7 @@ use std::time::Duration;
 use async_nats::jetstream::consumer::PullConsumer;
 use async_nats::jetstream::{self, AckKind};
 use futures::StreamExt;
+use rerun_core::printable::escaped;
 
 use crate::error::Error;
 use crate::handler::Handler;
@@ -191,7 +192,7 @@ impl Source for Pull {
                     // Missed heartbeats and pull errors are usually a reconnect in progress:
                     // the client re-issues its pulls; only a run of them ends the consumer.
                     self.errors += 1;
-                    tracing::warn!(error = %rerun_core::printable::escaped(&e.to_string()), "rerun-queue: JetStream pull error");
+                    tracing::warn!(error = %escaped(&e.to_string()), "rerun-queue: JetStream pull error");
                     if self.errors >= MAX_STREAM_ERRORS {
                         return Some(Err(Error::broker("pulling JetStream messages", e)));
                     }
@@ -228,7 +229,7 @@ fn header_value(value: &str) -> String {
     while !value.is_char_boundary(take) {
         take -= 1;
     }
-    let mut out = rerun_core::printable::escaped(&value[..take]).into_owned();
+    let mut out = escaped(&value[..take]).into_owned();
     if take < value.len() || out.len() > MAX_REASON_BYTES {
         let mut end = MAX_REASON_BYTES - CUT.len();
         while !out.is_char_boundary(end) {
@@ -311,7 +312,7 @@ impl JsDelivery {
             }
             Err(e) => tracing::debug!(
                 message = %self.message.describe(),
-                error = %rerun_core::printable::escaped(&e.to_string()),
+                error = %escaped(&e.to_string()),
                 "rerun-queue: no JetStream metadata; the dead-lettered copy has no id of its own"
             ),
         }

@@ -182,8 +182,13 @@ impl OnceDurability {
     }
 }
 
+/// A wait's timeout as `WAIT` and `WAITAOF` take it: at least 1 ms (0 would wait forever), at
+/// most [`MAX_DURATION`](crate::MAX_DURATION), rerun's "no limit" (the server refuses a timeout
+/// whose deadline does not fit its clock, such as `Duration::MAX`'s).
 fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
+    u64::try_from(d.min(crate::MAX_DURATION).as_millis())
+        .unwrap_or(u64::MAX)
+        .max(1)
 }
 
 /// The server's version as `(major, minor)`, from `INFO server`.
@@ -212,6 +217,12 @@ mod tests {
             assert!(!p.to_string().is_empty());
         }
         assert_eq!(millis(Duration::ZERO), 1);
-        assert_eq!(millis(Duration::MAX), u64::MAX);
+        let longest = crate::MAX_DURATION.as_millis() as u64;
+        assert_eq!(millis(Duration::MAX), longest);
+        assert_eq!(
+            millis(crate::MAX_DURATION + Duration::from_nanos(1)),
+            longest
+        );
+        assert_eq!(millis(Duration::from_millis(1500)), 1500);
     }
 }
