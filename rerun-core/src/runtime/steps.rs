@@ -190,7 +190,9 @@ impl<'k> Attempt<'k> {
                     return Step::Retry;
                 }
                 let now = Instant::now();
-                let deadline = (self.options.wait_duration())
+                let deadline = self
+                    .options
+                    .wait_duration()
                     .zip(self.started)
                     .map(|(wait, from)| crate::clock::later(from, wait));
                 match deadline {

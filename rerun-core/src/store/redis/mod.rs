@@ -207,6 +207,9 @@ impl RedisOptions {
     /// `timeout`, before its body starts; a claim that does not get there is given back and the
     /// call fails with a retryable [`Error::Store`]. Keeps a failover from forgetting a claim
     /// whose body ran. One more round trip per `once` claim.
+    ///
+    /// The wait is part of the claim's call, so [`RedisOptions::response_timeout`] bounds it
+    /// too; `Duration::MAX` waits as long as that allows.
     pub fn wait_replicas(mut self, replicas: u32, timeout: Duration) -> Self {
         self.once_durability.replicas = Some((replicas, timeout));
         self
