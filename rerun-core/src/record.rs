@@ -347,6 +347,9 @@ pub fn decide(
 /// What [`decide`] reads of a record: [`LocalRecord`] has it, and so does a store that keeps
 /// its records in a form of its own (the memory store's compact one).
 pub(crate) trait Current {
+    /// The clock reading its deadlines are judged at: a [`Now`] for a record that may outlive
+    /// its boot, the monotonic nanoseconds alone for one that cannot.
+    type At: Copy;
     /// The record's state.
     fn status(&self) -> Status;
     /// The fence of its latest claim.
@@ -358,12 +361,13 @@ pub(crate) trait Current {
     /// The holder of its latest claim, while it has one.
     fn holder(&self) -> Option<Holder>;
     /// [`LocalRecord::expired`].
-    fn expired(&self, now: Now, boot_id: &str) -> bool;
+    fn expired(&self, now: Self::At, boot_id: &str) -> bool;
     /// [`LocalRecord::lease_left`].
-    fn lease_left(&self, now: Now, boot_id: &str) -> Option<Duration>;
+    fn lease_left(&self, now: Self::At, boot_id: &str) -> Option<Duration>;
 }
 
 impl Current for LocalRecord {
+    type At = Now;
     fn status(&self) -> Status {
         self.status
     }
@@ -391,7 +395,7 @@ impl Current for LocalRecord {
 pub(crate) fn decide_on<R: Current + ?Sized>(
     record: Option<&R>,
     req: &ClaimRequest<'_>,
-    now: Now,
+    now: R::At,
     boot_id: &str,
 ) -> Decision {
     let Some(r) = record else {

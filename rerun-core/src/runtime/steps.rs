@@ -330,7 +330,7 @@ async fn record<B: Backend, T: Serialize + DeserializeOwned>(
         }
         // The lease could not be kept up (the store hung, or the claim was taken over) and
         // the completion did not go through: the claim is lost as far as this attempt knows.
-        Err(e) if lease.lost && !matches!(e, Error::LeaseLost { .. }) => {
+        Err(e) if lease.lost() && !matches!(e, Error::LeaseLost { .. }) => {
             tracing::warn!(key = %held.claim.key, fence = held.claim.fence, error = %e, "rerun: the result could not be recorded after the lease lapsed");
             Err(Error::LeaseLost {
                 key: held.claim.key.clone(),

@@ -172,7 +172,7 @@ impl Store for MemoryStore {
 
 impl Store for Inner {
     fn claim(&self, req: &ClaimRequest<'_>) -> Result<ClaimResponse, Error> {
-        let now = self.clock.now();
+        let now = self.clock.mono_ns();
         let boot = crate::holder::this_boot();
         let mut records = self.records();
         let current = records.get(req.key).map(|r| &**r);
@@ -220,22 +220,22 @@ impl Store for Inner {
     }
 
     fn complete(&self, claim: &Claim, result: &[u8], ttl: Duration) -> Result<(), Error> {
-        let now = self.clock.now();
+        let now = self.clock.mono_ns();
         self.fenced(claim, |rec| rec.complete(result, ttl, now))
     }
 
     fn release(&self, claim: &Claim) -> Result<(), Error> {
-        let now = self.clock.now();
+        let now = self.clock.mono_ns();
         self.fenced(claim, |rec| rec.release(now))
     }
 
     fn renew(&self, claim: &Claim, lease: Duration) -> Result<(), Error> {
-        let now = self.clock.now();
+        let now = self.clock.mono_ns();
         self.fenced(claim, |rec| rec.renew(lease, now))
     }
 
     fn mark_unknown(&self, claim: &Claim) -> Result<(), Error> {
-        let now = self.clock.now();
+        let now = self.clock.mono_ns();
         self.fenced(claim, |rec| rec.mark_unknown(now))
     }
 
@@ -255,13 +255,13 @@ impl Store for Inner {
     }
 
     fn inspect(&self, key: &Key) -> Result<Option<RecordView>, Error> {
-        let now = self.clock.now();
+        let now = self.clock.mono_ns();
         Ok(self.records().get(key).map(|r| r.view(key, now)))
     }
 
     fn scan(&self, cursor: Option<&str>, limit: usize) -> Result<ScanPage, Error> {
         let after = cursor.map(decode_cursor).transpose()?;
-        let now = self.clock.now();
+        let now = self.clock.mono_ns();
         let records = self.records();
         let mut keys: Vec<&Key> = records
             .keys()
@@ -286,7 +286,7 @@ impl Store for Inner {
     }
 
     fn purge_expired(&self, limit: usize) -> Result<u64, Error> {
-        let now = self.clock.now();
+        let now = self.clock.mono_ns();
         let mut records = self.records();
         let expired: Vec<Key> = records
             .iter()
