@@ -156,10 +156,18 @@ impl Library {
         cmd
     }
 
-    /// `FCALL` of a transition on one record.
+    /// `FCALL` of a transition on one record, its buffers sized once: a command grown argument
+    /// by argument reallocates its bytes four or five times (callgrind: 1,900 instructions of a
+    /// repeated call's 26,600 on the client).
     pub(super) fn fcall(&self, t: Transition, record: &str, args: &[Arg<'_>]) -> redis::Cmd {
-        let mut cmd = redis::cmd("FCALL");
-        cmd.arg(self.function(t)).arg(1).arg(record);
+        let function = self.function(t);
+        let data = "FCALL".len()
+            + function.len()
+            + 1
+            + record.len()
+            + args.iter().map(Arg::len_bound).sum::<usize>();
+        let mut cmd = redis::Cmd::with_capacity(4 + args.len(), data);
+        cmd.arg("FCALL").arg(function).arg(1).arg(record);
         for arg in args {
             cmd.arg(arg);
         }

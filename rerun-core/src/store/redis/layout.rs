@@ -28,8 +28,22 @@ pub(super) enum Unreadable {
     Corrupt(CorruptKind),
 }
 
+/// The number a field's decimal digits spell, read as `str::parse::<u64>` reads them (an
+/// optional `+`, then one digit or more and nothing else; `None` past `u64::MAX`), without its
+/// UTF-8 check and its general parser: a replay reads five fields, and that was a third of the
+/// time of reading the record.
 fn digits(bytes: &[u8]) -> Option<u64> {
-    std::str::from_utf8(bytes).ok()?.parse().ok()
+    let digits = bytes.strip_prefix(b"+").unwrap_or(bytes);
+    if digits.is_empty() {
+        return None;
+    }
+    digits.iter().try_fold(0u64, |n, &b| {
+        let d = b.wrapping_sub(b'0');
+        if d > 9 {
+            return None;
+        }
+        n.checked_mul(10)?.checked_add(u64::from(d))
+    })
 }
 
 /// Reads a record's bytes.
@@ -86,6 +100,28 @@ mod tests {
         out.extend_from_slice(holder.as_bytes());
         out.extend_from_slice(result);
         out
+    }
+
+    proptest::proptest! {
+        /// `digits` reads every byte string as the standard parser does: the digits, signs,
+        /// spaces and bytes of damaged records, and numbers at and past `u64::MAX`.
+        #[test]
+        fn digits_read_as_the_standard_parser_does(
+            bytes in proptest::collection::vec(
+                proptest::prop_oneof![
+                    6 => proptest::sample::select(b"0123456789".to_vec()),
+                    1 => proptest::sample::select(b"+- a\t.\xff\x00".to_vec()),
+                ],
+                0..24,
+            ),
+            big in u64::MAX - 1000..=u64::MAX,
+        ) {
+            let standard = |b: &[u8]| std::str::from_utf8(b).ok().and_then(|s| s.parse::<u64>().ok());
+            proptest::prop_assert_eq!(digits(&bytes), standard(&bytes));
+            for n in [big.to_string(), format!("{big}0"), format!("+{big}")] {
+                proptest::prop_assert_eq!(digits(n.as_bytes()), standard(n.as_bytes()));
+            }
+        }
     }
 
     #[test]

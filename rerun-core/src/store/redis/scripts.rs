@@ -127,6 +127,17 @@ pub(super) enum Arg<'a> {
     Fence(u64),
 }
 
+impl Arg<'_> {
+    /// At least as many bytes as the argument takes on the wire (a number: its longest
+    /// decimal), so that a command can be sized before it is written.
+    pub(super) fn len_bound(&self) -> usize {
+        match self {
+            Arg::Bytes(b) => b.len(),
+            Arg::Num(_) | Arg::Fence(_) => 20,
+        }
+    }
+}
+
 impl redis::ToRedisArgs for Arg<'_> {
     fn write_redis_args<W: ?Sized + redis::RedisWrite>(&self, out: &mut W) {
         match self {
