@@ -30,8 +30,8 @@ pub(super) enum Unreadable {
 
 /// The number a field's decimal digits spell, read as `str::parse::<u64>` reads them (an
 /// optional `+`, then one digit or more and nothing else; `None` past `u64::MAX`), without its
-/// UTF-8 check and its general parser: a replay reads five fields, and that was a third of the
-/// time of reading the record.
+/// UTF-8 check and its general parser: a replay reads five fields, and this saves about 600
+/// client instructions a replay (callgrind).
 fn digits(bytes: &[u8]) -> Option<u64> {
     let digits = bytes.strip_prefix(b"+").unwrap_or(bytes);
     if digits.is_empty() {
