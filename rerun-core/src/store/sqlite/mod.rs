@@ -348,8 +348,7 @@ impl SqliteStore {
         deadline: Duration,
         f: impl FnOnce(&Connection) -> Result<T, Error>,
     ) -> Result<T, Error> {
-        let started = Instant::now();
-        let mut conn: Conn = self.inner.pool.take(
+        let (mut conn, spent): (Conn, Duration) = self.inner.pool.take(
             deadline,
             || self.connect(),
             |max, waited| {
@@ -363,9 +362,7 @@ impl SqliteStore {
                 )
             },
         )?;
-        let left = deadline
-            .saturating_sub(started.elapsed())
-            .max(Duration::from_millis(1));
+        let left = deadline.saturating_sub(spent).max(Duration::from_millis(1));
         let out = match conn.busy_timeout(left) {
             Ok(()) => f(&conn.conn),
             Err(e) => Err(sql_err(key, "setting the busy timeout", e)),

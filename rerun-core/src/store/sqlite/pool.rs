@@ -120,29 +120,40 @@ impl Pool {
     }
 
     /// A connection: an idle one, a new one while fewer than the cap exist, or the next one
-    /// handed back, waiting up to `deadline`.
+    /// handed back, waiting up to `deadline`; with the time spent getting it.
+    ///
+    /// An idle connection at hand (nearly every call's case) is taken without reading the
+    /// clock and counts as no time spent. The caller sets its busy timeout from what is left,
+    /// so when the connection's last call had the same limit, SQLite is not called to set it
+    /// again (see [`Conn::busy_timeout`]).
     pub(super) fn take(
         &self,
         deadline: Duration,
         open: impl Fn() -> Result<Connection, Error>,
         exhausted: impl Fn(usize, Duration) -> Error,
-    ) -> Result<Conn, Error> {
-        let started = Instant::now();
+    ) -> Result<(Conn, Duration), Error> {
         let now = generation();
+        if let Some(conn) = self.pop_idle(now) {
+            return Ok((conn, Duration::ZERO));
+        }
+        let started = Instant::now();
         loop {
             if let Some(conn) = self.pop_idle(now) {
-                return Ok(conn);
+                return Ok((conn, started.elapsed()));
             }
             let mut counts = self.counts();
             if counts.open < self.max_open {
                 counts.open += 1;
                 drop(counts);
                 return match open() {
-                    Ok(conn) => Ok(Conn {
-                        conn,
-                        busy: Duration::MAX,
-                        generation: now,
-                    }),
+                    Ok(conn) => Ok((
+                        Conn {
+                            conn,
+                            busy: Duration::MAX,
+                            generation: now,
+                        },
+                        started.elapsed(),
+                    )),
                     Err(e) => {
                         self.closed(now);
                         Err(e)
@@ -207,5 +218,53 @@ impl Pool {
     /// Connections that exist now (idle or in use), for tests and diagnostics.
     pub(super) fn open_connections(&self) -> usize {
         self.counts().open
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn open() -> Result<Connection, Error> {
+        Connection::open_in_memory().map_err(|e| Error::store_msg(None, e.to_string()))
+    }
+
+    fn exhausted(max: usize, waited: Duration) -> Error {
+        Error::store_msg(None, format!("all {max} busy for {waited:?}"))
+    }
+
+    #[test]
+    fn an_idle_connection_is_taken_as_no_time_spent_and_keeps_its_busy_timeout() {
+        let pool = Pool::new(1, 1);
+        let (mut conn, _) = pool.take(Duration::from_secs(5), open, exhausted).unwrap();
+        conn.busy_timeout(Duration::from_secs(5)).unwrap();
+        pool.put_back(conn);
+        let (conn, spent) = pool.take(Duration::from_secs(5), open, exhausted).unwrap();
+        assert_eq!(spent, Duration::ZERO);
+        assert_eq!(conn.busy, Duration::from_secs(5));
+    }
+
+    #[test]
+    fn a_wait_for_a_connection_counts_as_time_spent_and_ends_at_the_deadline() {
+        let pool = Pool::new(1, 1);
+        let (held, _) = pool.take(Duration::from_secs(5), open, exhausted).unwrap();
+        let started = Instant::now();
+        let err = match pool.take(Duration::from_millis(50), open, exhausted) {
+            Ok(_) => panic!("a second connection past the cap of one"),
+            Err(e) => e,
+        };
+        assert!(started.elapsed() >= Duration::from_millis(50));
+        assert!(err.to_string().contains("all 1 busy"), "{err}");
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                // Handed back only once the taker below is waiting for it.
+                while pool.waiting.load(Ordering::SeqCst) == 0 {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                pool.put_back(held);
+            });
+            let (_, spent) = pool.take(Duration::from_secs(5), open, exhausted).unwrap();
+            assert!(spent > Duration::ZERO, "{spent:?}");
+        });
     }
 }
