@@ -22,7 +22,6 @@ use std::time::Duration;
 
 use async_nats::jetstream::consumer::PullConsumer;
 use async_nats::jetstream::{self, AckKind};
-use futures::StreamExt;
 use rerun_core::printable::escaped;
 
 use crate::error::Error;
@@ -30,6 +29,9 @@ use crate::handler::Handler;
 use crate::message::Message;
 use crate::runner::{self, Delivery, Source};
 use crate::settings::{Report, Settings};
+
+mod pull;
+use pull::Pulls;
 
 /// The header holding the broker's message id.
 pub const MSG_ID_HEADER: &str = "Nats-Msg-Id";
@@ -146,66 +148,35 @@ impl<H: Handler + ?Sized> JetStreamConsumer<H> {
         } else {
             ack_wait / 3
         };
-        let batch = self.settings.max_in_flight.max(1);
-        let messages = self
-            .consumer
-            .stream()
-            .max_messages_per_batch(batch)
-            .messages()
-            .await
-            .map_err(|e| Error::broker("starting the JetStream pull subscription", e))?;
         let source = Pull {
-            messages,
+            pulls: Pulls::new(self.consumer, self.settings.max_in_flight),
             progress_every,
             dead_letter: self.dead_letter.map(Arc::new),
-            errors: 0,
         };
         runner::run(source, self.handler, self.settings, shutdown).await
     }
 }
 
 struct Pull {
-    messages: jetstream::consumer::pull::Stream,
+    pulls: Pulls,
     progress_every: Duration,
     dead_letter: Option<Arc<(jetstream::Context, String)>>,
-    errors: u32,
 }
-
-/// Consecutive stream errors after which the consumer gives up (about 10 s of them).
-const MAX_STREAM_ERRORS: u32 = 20;
 
 impl Source for Pull {
     type Delivery = JsDelivery;
 
     async fn next(&mut self) -> Option<Result<JsDelivery, Error>> {
-        loop {
-            match self.messages.next().await? {
-                Ok(m) => {
-                    self.errors = 0;
-                    return Some(Ok(JsDelivery::new(
-                        m,
-                        self.progress_every,
-                        self.dead_letter.clone(),
-                    )));
-                }
-                Err(e) => {
-                    // Missed heartbeats and pull errors are usually a reconnect in progress:
-                    // the client re-issues its pulls; only a run of them ends the consumer.
-                    self.errors += 1;
-                    tracing::warn!(error = %escaped(&e.to_string()), "rerun-queue: JetStream pull error");
-                    if self.errors >= MAX_STREAM_ERRORS {
-                        return Some(Err(Error::broker("pulling JetStream messages", e)));
-                    }
-                    tokio::time::sleep(Duration::from_millis(500)).await;
-                }
-            }
-        }
+        Some(
+            self.pulls
+                .next()
+                .await
+                .map(|m| JsDelivery::new(m, self.progress_every, self.dead_letter.clone())),
+        )
     }
 
     async fn stop(self) {
-        // Dropping the subscription stops the pulls; messages delivered to it and not handed
-        // out are redelivered by the server when their ack wait ends.
-        drop(self.messages);
+        self.pulls.stop().await;
     }
 }
 

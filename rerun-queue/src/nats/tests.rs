@@ -1,6 +1,7 @@
 //! The consumer's delivery against a real JetStream server, and the header values it writes.
 
 use super::*;
+use futures::StreamExt;
 
 /// A message that comes back after its dead-lettered copy was stored (the consumer died
 /// before its `+TERM`, or the `+TERM` was lost) is dead-lettered again, and the dead-letter
@@ -12,11 +13,7 @@ async fn a_message_back_after_its_copy_was_stored_has_one_copy() {
         return;
     };
     let js = jetstream::new(async_nats::connect(&url).await.expect("connecting to NATS"));
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0);
-    let name = format!("rq_unit_dead_{}_{nanos}", std::process::id());
+    let name = scratch_name("dead");
     let dead = format!("{name}_dead");
     for (stream, subject) in [
         (&name, format!("{name}.in")),
@@ -50,6 +47,15 @@ async fn a_message_back_after_its_copy_was_stored_has_one_copy() {
     let (kept, pending) = found.unwrap_or_else(|panic| std::panic::resume_unwind(panic));
     assert_eq!(kept, 2, "one copy of m-1 and one of m-2");
     assert_eq!(pending, 0, "both terminated");
+}
+
+/// A stream name no other test run uses: `tag`, the process and the time.
+pub(super) fn scratch_name(tag: &str) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    format!("rq_unit_{tag}_{}_{nanos}", std::process::id())
 }
 
 /// m-1's copy stored without a `+TERM`, m-2 dead-lettered, m-1 again after its `ack_wait`

@@ -1,0 +1,134 @@
+//! Pull requests against a real JetStream server.
+
+use std::future::Future;
+
+use async_nats::jetstream::stream;
+
+use super::*;
+
+/// A stream of its own with one durable pull consumer configured by `consumer`, handed to
+/// `test`; the stream goes whatever the test finds. `None` when no server is configured.
+async fn on_a_stream<F, Fut>(consumer: pull::Config, test: F) -> Option<()>
+where
+    F: FnOnce(jetstream::Context, String, PullConsumer) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    let url = rerun_core::testing::service_url("RERUN_TEST_NATS_URL")?;
+    let js = jetstream::new(async_nats::connect(&url).await.expect("connecting to NATS"));
+    let name = crate::nats::tests::scratch_name("pull");
+    js.get_or_create_stream(stream::Config {
+        name: name.clone(),
+        subjects: vec![format!("{name}.in")],
+        ..Default::default()
+    })
+    .await
+    .expect("creating a stream");
+    let consumer = js
+        .get_stream(&name)
+        .await
+        .expect("the stream")
+        .create_consumer(pull::Config {
+            durable_name: Some(name.clone()),
+            ..consumer
+        })
+        .await
+        .expect("creating the consumer");
+    let run = std::panic::AssertUnwindSafe(test(js.clone(), name.clone(), consumer));
+    let found = FutureExt::catch_unwind(run).await;
+    let _ = js.delete_stream(&name).await;
+    found.unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+    Some(())
+}
+
+async fn publish(js: &jetstream::Context, name: &str, count: usize) {
+    for i in 0..count {
+        js.publish(format!("{name}.in"), format!("m-{i}").into())
+            .await
+            .expect("publishing")
+            .await
+            .expect("stored");
+    }
+}
+
+async fn next_within(pulls: &mut Pulls, limit: Duration) -> jetstream::Message {
+    tokio::time::timeout(limit, pulls.next())
+        .await
+        .expect("a message in time")
+        .expect("pulling")
+}
+
+/// Waits up to 10 s for the consumer's count of messages delivered and not acked to be `want`.
+async fn ack_pending_reaches(consumer: &mut PullConsumer, want: usize) -> usize {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let now = consumer
+            .info()
+            .await
+            .expect("the consumer's info")
+            .num_ack_pending;
+        if now == want || Instant::now() > deadline {
+            return now;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A consumer that caps a request's batch and wait gets requests within the caps (the server
+/// refuses any other, and the consumer would end in errors), and an idle one renews its
+/// request as its wait runs out, so a message published long after the last still comes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_keep_within_the_consumers_limits_and_are_renewed() {
+    let config = pull::Config {
+        max_batch: 2,
+        max_expires: Duration::from_secs(1),
+        ..Default::default()
+    };
+    on_a_stream(config, |js, name, consumer| async move {
+        let mut pulls = Pulls::new(consumer, 16);
+        assert_eq!((pulls.batch, pulls.expires), (2, Duration::from_secs(1)));
+        publish(&js, &name, 5).await;
+        for i in 0..5 {
+            let m = next_within(&mut pulls, Duration::from_secs(10)).await;
+            assert_eq!(&m.payload[..], format!("m-{i}").as_bytes());
+            m.ack().await.expect("acking");
+        }
+        // Several request lifetimes with nothing to fetch.
+        tokio::time::sleep(Duration::from_millis(2_500)).await;
+        publish(&js, &name, 1).await;
+        let m = next_within(&mut pulls, Duration::from_secs(5)).await;
+        assert_eq!(&m.payload[..], b"m-0");
+        assert_eq!(pulls.errors, 0);
+    })
+    .await;
+}
+
+/// Stopping hands back at once what came and no handler took, instead of leaving it to
+/// come back after the consumer's `ack_wait`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stopping_hands_back_what_no_handler_took() {
+    let config = pull::Config {
+        ack_wait: Duration::from_secs(60),
+        ..Default::default()
+    };
+    on_a_stream(config, |js, name, mut consumer| async move {
+        publish(&js, &name, 4).await;
+        let mut pulls = Pulls::new(consumer.clone(), 4);
+        let taken = next_within(&mut pulls, Duration::from_secs(10)).await;
+        assert_eq!(
+            ack_pending_reaches(&mut consumer, 4).await,
+            4,
+            "all four delivered to the client"
+        );
+        taken.ack().await.expect("acking");
+        pulls.stop().await;
+        let mut again = Pulls::new(consumer.clone(), 4);
+        for _ in 0..3 {
+            let m = next_within(&mut again, Duration::from_secs(5)).await;
+            let delivered = m.info().map(|i| i.delivered).expect("metadata");
+            assert_eq!(delivered, 2, "handed back, well before the 60 s ack wait");
+            m.ack().await.expect("acking");
+        }
+        assert_eq!(ack_pending_reaches(&mut consumer, 0).await, 0);
+    })
+    .await;
+}
