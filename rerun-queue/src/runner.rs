@@ -54,6 +54,9 @@ enum Phase {
     Abort,
 }
 
+// Every count of handlers `Settings` allows is a semaphore's worth of permits.
+const _: () = assert!(crate::Settings::MAX_IN_FLIGHT <= Semaphore::MAX_PERMITS);
+
 /// Runs `source` until `shutdown` resolves or the subscription ends.
 pub(crate) async fn run<Src, H>(
     mut source: Src,

@@ -39,10 +39,33 @@ impl Settings {
         }
     }
 
-    /// At most `n` handlers run at once (at least 1); the consumer fetches no more messages
-    /// than it has room for, so none waits in a buffer while its redelivery timer runs.
+    /// The most handlers [`max_in_flight`](Settings::max_in_flight) allows at once: 65,536.
+    pub const MAX_IN_FLIGHT: usize = 1 << 16;
+
+    /// At most `n` handlers run at once, at least 1 and at most
+    /// [`MAX_IN_FLIGHT`](Settings::MAX_IN_FLIGHT) (`usize::MAX` means that many).
+    ///
+    /// The consumer fetches a little ahead of its handlers, so that they rarely wait for the
+    /// broker: JetStream asks for the next `n` messages once half of the last `n` have come,
+    /// RabbitMQ's prefetch is `2 n`. A message fetched ahead waits in the client with its ack
+    /// wait running; with `max_in_flight(1)` nothing is fetched ahead.
+    ///
+    /// ```
+    /// use rerun_queue::Settings;
+    /// assert_eq!(Settings::new().max_in_flight(0).max_in_flight_count(), 1);
+    /// assert_eq!(
+    ///     Settings::new().max_in_flight(usize::MAX).max_in_flight_count(),
+    ///     Settings::MAX_IN_FLIGHT
+    /// );
+    /// ```
     pub const fn max_in_flight(mut self, n: usize) -> Settings {
-        self.max_in_flight = if n == 0 { 1 } else { n };
+        self.max_in_flight = if n == 0 {
+            1
+        } else if n > Settings::MAX_IN_FLIGHT {
+            Settings::MAX_IN_FLIGHT
+        } else {
+            n
+        };
         self
     }
 

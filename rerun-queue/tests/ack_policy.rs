@@ -101,6 +101,7 @@ on_both!(
     slow_handler_keeps_its_message,
     a_panicking_handler_is_retried_then_dead_lettered,
     one_at_a_time_every_message_comes_in_turn,
+    any_count_of_handlers_is_taken,
 );
 
 /// Row 1: ran and recorded → ack; the same event again (another message id) → replayed, ack.
@@ -156,6 +157,27 @@ async fn one_at_a_time_every_message_comes_in_turn(broker: Broker) {
     .await;
     assert_eq!(report.ran, MESSAGES as u64, "{report:?}");
     assert_eq!(rig.outstanding().await, 0);
+    rig.cleanup().await;
+}
+
+/// `max_in_flight(usize::MAX)` runs as `Settings::MAX_IN_FLIGHT` handlers: no count a caller
+/// can pass stops the consumer.
+async fn any_count_of_handlers_is_taken(broker: Broker) {
+    let Some(rig) = rig(broker, "many").await else {
+        return;
+    };
+    for i in 0..3 {
+        rig.publish(&order(&format!("o-{i}")), Some(&format!("m-{i}")))
+            .await;
+    }
+    let h = handler::typed(Arc::new(MemoryStore::new()), |o: Order| async move {
+        Ok::<_, Error>(o.cents)
+    });
+    let report = consume_until(&rig, h, fast().max_in_flight(usize::MAX), || async {
+        rig.outstanding().await == 0
+    })
+    .await;
+    assert_eq!(report.ran, 3, "{report:?}");
     rig.cleanup().await;
 }
 
