@@ -43,12 +43,12 @@ impl Settings {
     pub const MAX_IN_FLIGHT: usize = 1 << 16;
 
     /// At most `n` handlers run at once, at least 1 and at most
-    /// [`MAX_IN_FLIGHT`](Settings::MAX_IN_FLIGHT) (`usize::MAX` means that many).
+    /// [`MAX_IN_FLIGHT`](Settings::MAX_IN_FLIGHT) (a larger `n` runs as that many).
     ///
     /// The consumer fetches a little ahead of its handlers, so that they rarely wait for the
-    /// broker: JetStream asks for the next `n` messages once half of the last `n` have come,
-    /// RabbitMQ's prefetch is `2 n`. A message fetched ahead waits in the client with its ack
-    /// wait running; with `max_in_flight(1)` nothing is fetched ahead.
+    /// broker: JetStream asks for the next `n` messages once half of the last `n` have come
+    /// (with `n` = 1, nothing ahead), RabbitMQ's prefetch is `2 n`. A JetStream message
+    /// fetched ahead waits in the client with its ack wait running.
     ///
     /// ```
     /// use rerun_queue::Settings;
