@@ -86,24 +86,19 @@ impl Pulls {
             if self.current.is_none() {
                 self.current = self.ahead.take();
             }
-            if self.current.is_none() {
-                match self.request().await {
-                    Ok(request) => self.current = Some(request),
-                    Err(e) => {
-                        self.failed("making a JetStream pull request", e).await?;
-                        continue;
-                    }
+            // The current request, or once half of it has arrived the one ahead of it. With a
+            // batch of one nothing is asked for ahead: a message waiting in the client's
+            // buffer has its ack wait running while no handler can start on it.
+            let missing = match &self.current {
+                None => Some(Which::Current),
+                Some(r) if self.batch > 1 && r.left <= self.batch / 2 && self.ahead.is_none() => {
+                    Some(Which::Ahead)
                 }
-            }
-            // With a batch of one nothing is asked for ahead: a message waiting in the
-            // client's buffer has its ack wait running while no handler can start on it.
-            let half_arrived = self
-                .current
-                .as_ref()
-                .is_some_and(|r| r.left <= self.batch / 2);
-            if self.batch > 1 && half_arrived && self.ahead.is_none() {
+                Some(_) => None,
+            };
+            if let Some(which) = missing {
                 match self.request().await {
-                    Ok(request) => self.ahead = Some(request),
+                    Ok(request) => *self.slot(which) = Some(request),
                     Err(e) => {
                         self.failed("making a JetStream pull request", e).await?;
                         continue;
@@ -111,10 +106,7 @@ impl Pulls {
                 }
             }
             let (which, item) = self.poll_both().await;
-            let slot = match which {
-                Which::Current => &mut self.current,
-                Which::Ahead => &mut self.ahead,
-            };
+            let slot = self.slot(which);
             match item {
                 Some(Ok(message)) => {
                     if let Some(request) = slot {
@@ -148,6 +140,14 @@ impl Pulls {
                     }
                 }
             }
+        }
+    }
+
+    /// The place of the request `which` names.
+    fn slot(&mut self, which: Which) -> &mut Option<Request> {
+        match which {
+            Which::Current => &mut self.current,
+            Which::Ahead => &mut self.ahead,
         }
     }
 
