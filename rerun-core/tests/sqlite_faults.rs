@@ -449,7 +449,7 @@ fn filtered_scans_select_by_scope_prefix_and_state() {
     assert_eq!(both.len(), 16);
 }
 
-/// A claim reads the record in a deferred transaction and upgrades it to a write; when another
+/// A claim writes while its read is still open, which upgrades the read to a write; when another
 /// connection holds the write lock (or wrote since the read), SQLite refuses the upgrade and the
 /// claim runs again under `BEGIN IMMEDIATE`, waiting for the lock. Two stores that both read the
 /// key free while a third connection writes: one claims it, the other finds it busy.
@@ -529,4 +529,104 @@ fn a_busy_timeout_past_sqlites_longest_is_its_longest() {
         assert_eq!(out.value, i);
         release.join().unwrap();
     }
+}
+
+/// A clock that runs a write of its own on the reading it is armed for: a claim reads the clock
+/// between reading the record and writing its claim, so the write lands in that window.
+#[derive(Clone, Default)]
+struct Meddling(std::sync::Arc<std::sync::Mutex<Option<Write>>>);
+
+/// What [`Meddling`] runs.
+type Write = Box<dyn FnOnce() + Send>;
+
+impl Meddling {
+    fn arm(&self, write: impl FnOnce() + Send + 'static) {
+        *self.0.lock().unwrap() = Some(Box::new(write));
+    }
+}
+
+impl rerun_core::clock::Clock for Meddling {
+    fn now(&self) -> rerun_core::clock::Now {
+        let write = self.0.lock().unwrap().take();
+        if let Some(write) = write {
+            write();
+        }
+        rerun_core::clock::HostClock.now()
+    }
+}
+
+/// A store on a [`Meddling`] clock and another store of the same file, in a new directory.
+fn meddled() -> (tempfile::TempDir, Meddling, SqliteStore, SqliteStore) {
+    let dir = dir();
+    let path = dir.path().join("meddled.sqlite3");
+    let clock = Meddling::default();
+    let store = SqliteStore::open_with(&path, SqliteOptions::new().clock(clock.clone())).unwrap();
+    let other = SqliteStore::open(&path).unwrap();
+    (dir, clock, store, other)
+}
+
+fn claim_request<'a>(
+    key: &'a Key,
+    holder: &'a rerun_core::Holder,
+) -> rerun_core::record::ClaimRequest<'a> {
+    rerun_core::record::ClaimRequest {
+        key,
+        fingerprint: &rerun_core::Fingerprint::EMPTY,
+        holder,
+        lease: Duration::from_secs(30),
+        once: false,
+        steal: None,
+    }
+}
+
+/// Another process claims the key after this claim read it free and before it writes: the
+/// claim's write is refused (it would be made on what it read, which is no longer so), and the
+/// claim, made again under the write lock, finds the other holder's live lease. Had the write been
+/// a transaction of its own, it would have replaced the other claim and both would run.
+#[test]
+fn a_claim_made_between_a_claims_read_and_its_write_keeps_the_key() {
+    use rerun_core::record::ClaimResponse;
+    let (_dir, clock, store, other) = meddled();
+    let key = Key::new("s", "k");
+    let (mine, theirs) = (rerun_core::Holder::current(), rerun_core::Holder::current());
+    let (their_key, their_holder) = (key.clone(), theirs.clone());
+    clock.arm(move || {
+        let claimed = other
+            .claim(&claim_request(&their_key, &their_holder))
+            .unwrap();
+        assert!(matches!(claimed, ClaimResponse::Claimed(_)), "{claimed:?}");
+    });
+    let answer = store.claim(&claim_request(&key, &mine)).unwrap();
+    let ClaimResponse::Busy(busy) = answer else {
+        panic!("the key was claimed twice: {answer:?}");
+    };
+    assert_eq!(busy.holder, theirs);
+    let record = store.inspect(&key).unwrap().unwrap();
+    assert_eq!((record.fence, record.holder), (busy.fence, Some(theirs)));
+}
+
+/// Another process forgets a record after this claim read the fence floor and before it writes:
+/// the claim's fence is still above the forgotten record's, because the claim, refused its write
+/// on a floor that moved, draws the fence again under the write lock.
+#[test]
+fn a_forget_between_a_claims_read_and_its_write_leaves_its_fence_above() {
+    use rerun_core::record::ClaimResponse;
+    let (_dir, clock, store, other) = meddled();
+    let gone = Call::new("s", "gone")
+        .run(&other, || Ok::<_, Error>(1))
+        .unwrap();
+    clock.arm(move || {
+        assert!(other.forget(&Key::new("s", "gone")).unwrap());
+    });
+    let (key, holder) = (Key::new("s", "k"), rerun_core::Holder::current());
+    let answer = store.claim(&claim_request(&key, &holder)).unwrap();
+    let ClaimResponse::Claimed(claim) = answer else {
+        panic!("{answer:?}");
+    };
+    assert!(
+        claim.fence > gone.fence,
+        "fence {} is not above the forgotten record's {}",
+        claim.fence,
+        gone.fence
+    );
 }

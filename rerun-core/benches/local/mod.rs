@@ -132,21 +132,9 @@ impl RawSqlite {
         }
     }
 
-    fn read(conn: &Connection, id: &str) -> Option<(String, Vec<u8>, Option<Vec<u8>>)> {
-        let mut s = conn
-            .prepare_cached(
-                "SELECT status, fence, fingerprint, holder, once, boot_id, lease_until, expires_mono, \
-                 expires_wall, result, scope, id FROM rerun_records WHERE scope = ?1 AND id = ?2",
-            )
-            .ok()?;
-        s.query_row(params![SCOPE, id], |r| {
-            Ok((r.get(0)?, r.get(2)?, r.get(9)?))
-        })
-        .optional()
-        .ok()?
-    }
-
-    /// Read; if absent, claim (a fence above the floor) in an immediate transaction, run, and
+    /// Read the record and the fence floor in one statement, kept open (stepped to its row, not
+    /// past it) while the claim is written, so the claim joins the read's snapshot with no
+    /// `BEGIN` or `COMMIT`; if the key is free, claim (a fence above the floor), run, and
     /// complete.
     pub fn call(&self, n: u64) -> Receipt {
         let id = Key::new(SCOPE, &n).id().to_owned();
@@ -154,20 +142,29 @@ impl RawSqlite {
             .map(|f| f.0.to_vec())
             .unwrap_or_default();
         let c = &*self.conn.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some((_, stored, Some(result))) = Self::read(c, &id) {
+        let Ok(mut read) = c.prepare_cached(
+            "SELECT status, fence, fingerprint, holder, once, boot_id, lease_until, expires_mono, \
+             expires_wall, result, scope, id, lease_wall, changed_wall, value FROM rerun_meta \
+             LEFT JOIN rerun_records ON scope = ?1 AND id = ?2 WHERE name = 'fence_floor'",
+        ) else {
+            return receipt(n);
+        };
+        let Ok(mut rows) = read.query(params![SCOPE, id]) else {
+            return receipt(n);
+        };
+        let Ok(Some(row)) = rows.next() else {
+            return receipt(n);
+        };
+        let stored: Option<Vec<u8>> = row.get(2).ok();
+        let result: Option<Vec<u8>> = row.get(9).ok().flatten();
+        if let (Some(stored), Some(result)) = (stored, result) {
             if stored == fp {
                 if let Ok(r) = codec::decode(&result) {
                     return r;
                 }
             }
         }
-        c.execute_batch("BEGIN IMMEDIATE").ok();
-        let _ = Self::read(c, &id);
-        let fence: i64 = c
-            .prepare_cached("SELECT value FROM rerun_meta WHERE name = 'fence_floor'")
-            .and_then(|mut s| s.query_row([], |r| r.get::<_, i64>(0)))
-            .unwrap_or(0)
-            + 1;
+        let fence = row.get::<_, i64>(14).unwrap_or(0) + 1;
         c.prepare_cached(
             "INSERT OR REPLACE INTO rerun_records (scope, id, status, fence, fingerprint, holder, once, \
              boot_id, lease_until, expires_mono, expires_wall, result) \
@@ -175,7 +172,8 @@ impl RawSqlite {
         )
         .and_then(|mut s| s.execute(params![SCOPE, id, fence, fp, self.holder, false, "boot", 1i64]))
         .ok();
-        c.execute_batch("COMMIT").ok();
+        drop(rows);
+        drop(read);
         let r = receipt(n);
         let bytes = codec::encode(&r).unwrap_or_default();
         c.prepare_cached(

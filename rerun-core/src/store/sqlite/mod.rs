@@ -1,9 +1,11 @@
 //! `SqliteStore`: the embedded default. One file shared by every process of one host.
 //!
-//! Shape of the costs: a repeated call is one read (no write lock); a fresh call is two
-//! transactions, one that reads the record and claims the key (a deferred transaction,
-//! upgraded to a write; when another connection wrote in between, again under `BEGIN
-//! IMMEDIATE`, which waits for the write lock) and one `UPDATE` that completes.
+//! Shape of the costs: a repeated call is one read, a statement in no transaction but the one
+//! SQLite makes for it (no write lock, no `BEGIN` or `COMMIT`); a fresh call is two writes, the
+//! claim and one `UPDATE` that completes. The claim is written while the read that found the key
+//! free is still open, which makes it one transaction with the read, upgraded to a write; when
+//! another connection wrote in between, the claim runs again under `BEGIN IMMEDIATE`, which
+//! waits for the write lock.
 //! The journal is WAL. Replayable claims commit with `synchronous=NORMAL` (durable against a
 //! crash of the process, which is what a replayable function needs); claims of `once` functions
 //! commit with `synchronous=FULL`, so a power loss cannot forget that the body may have started.
@@ -31,7 +33,7 @@ use std::time::{Duration, Instant};
 
 use rusqlite::{params, Connection, OptionalExtension};
 
-use crate::clock::{Clock, HostClock};
+use crate::clock::{Clock, HostClock, Now};
 use crate::error::Error;
 use crate::holder::this_boot;
 use crate::key::Key;
@@ -143,26 +145,6 @@ impl SqliteOptions {
 impl Default for SqliteOptions {
     fn default() -> Self {
         SqliteOptions::new()
-    }
-}
-
-/// How a claim's transaction begins.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Begin {
-    /// A reader until its first write, which upgrades it if no other connection wrote since
-    /// its read. A replay never waits for the write lock.
-    Deferred,
-    /// Takes the write lock (waiting for it) before reading, so the read and the claim are
-    /// one atomic step: two processes cannot both see "absent".
-    Immediate,
-}
-
-impl Begin {
-    fn sql(self) -> &'static str {
-        match self {
-            Begin::Deferred => "BEGIN DEFERRED",
-            Begin::Immediate => "BEGIN IMMEDIATE",
-        }
     }
 }
 
@@ -391,27 +373,11 @@ impl SqliteStore {
     /// The fence for a new claim of a key whose record's fence is `top` (0: none): above it
     /// and above every deleted record's.
     fn next_fence(&self, conn: &Connection, key: &Key, top: u64) -> Result<u64, Error> {
-        let corrupt = |why: String| Error::corrupt(key, crate::error::CorruptKind::Record(why));
         let floor = conn
             .prepare_cached(sql::FENCE_FLOOR)
-            .and_then(|mut s| {
-                s.query_row([], |r| {
-                    Ok(match r.get_ref(0)? {
-                        rusqlite::types::ValueRef::Integer(v) => u64::try_from(v).ok(),
-                        _ => None,
-                    })
-                })
-                .optional()
-            })
-            .map_err(|e| sql_err(Some(key), "drawing a fence", e))?
-            .ok_or_else(|| corrupt("rerun_meta has no fence_floor row".into()))?
-            .ok_or_else(|| corrupt("rerun_meta's fence_floor is not a fence".into()))?;
-        top.max(floor)
-            .checked_add(1)
-            .filter(|f| i64::try_from(*f).is_ok())
-            .ok_or_else(|| {
-                corrupt("the key's fences reached the largest integer SQLite stores".into())
-            })
+            .and_then(|mut s| s.query_row([], |r| Ok(floor_of(r.get_ref(0)?))).optional())
+            .map_err(|e| sql_err(Some(key), "drawing a fence", e))?;
+        fence_above(key, top, floor)
     }
 
     fn answer(
@@ -468,67 +434,139 @@ impl SqliteStore {
         call_deadline(self.inner.busy_timeout, lease)
     }
 
-    /// One claim transaction: reads the record, answers from it, or claims the key.
+    /// A claim that reads in no transaction of its own: [`sql::READ_FOR_CLAIM`] reads the record
+    /// and the fence floor, and, when the key is free, the claim is written while that read is
+    /// still open, so that SQLite upgrades the read to the write (see the statement).
     ///
-    /// `Ok(None)` only from [`Begin::Deferred`], with the transaction still open for the caller
-    /// to roll back: the claim needs the write lock first. Either another connection wrote since
-    /// this one read (SQLite then refuses the upgrade: `SQLITE_BUSY_SNAPSHOT`), or holds the
-    /// write lock now (an upgrade does not wait for it), or the claim is of a `once` function,
-    /// whose commit must be a full sync and durability cannot change inside a transaction.
-    fn claim_in(
+    /// `Ok(None)` when the claim must be made under the write lock ([`Self::claim_locked`]):
+    /// another connection wrote since the read (SQLite refuses the upgrade:
+    /// `SQLITE_BUSY_SNAPSHOT`) or holds the write lock now (an upgrade does not wait for it); the
+    /// claim is of a `once` function, whose commit must be a full sync, which cannot be asked
+    /// for while a read is open; or the floor's row is missing, which the locked claim reports
+    /// if it needs a fence.
+    fn claim_open(
         &self,
         conn: &Connection,
         req: &ClaimRequest<'_>,
-        begin: Begin,
     ) -> Result<Option<ClaimResponse>, Error> {
+        let key = req.key;
+        let failed = |e| sql_err(Some(key), "claiming", e);
+        let mut read = conn.prepare_cached(sql::READ_FOR_CLAIM).map_err(failed)?;
+        // Dropped only when this returns, after the write: while it is open, so is the read.
+        let mut rows = read.query(params![key.scope(), key.id()]).map_err(failed)?;
+        let Some(row) = rows.next().map_err(failed)? else {
+            return Ok(None);
+        };
+        let mut current = match row.get_ref(sql::READ_FOR_CLAIM_ID) {
+            Ok(rusqlite::types::ValueRef::Null) => None,
+            _ => Some(record_of(row).map_err(|kind| Error::corrupt(key, kind))?),
+        };
+        let floor = row.get_ref(sql::READ_FOR_CLAIM_FLOOR).map(floor_of);
+        let now = self.inner.clock.now();
+        let decision = decide(current.as_ref(), req, now, this_boot());
+        if let Some(answer) = self.answer(req, decision.clone(), current.as_mut()) {
+            return Ok(Some(answer));
+        }
+        let Decision::Claim { abandoned } = decision else {
+            return Err(Error::store_msg(Some(key), "inconsistent claim decision"));
+        };
+        if req.once {
+            return Ok(None);
+        }
+        let top = current.as_ref().map_or(0, |rec| rec.fence);
+        let fence = fence_above(key, top, Some(floor.map_err(failed)?))?;
+        match self.write_claim(conn, req, fence, now) {
+            Ok(()) => {}
+            Err(e) if is_busy(&e) => return Ok(None),
+            Err(e) => return Err(failed(e)),
+        }
+        drop(rows);
+        Ok(Some(ClaimResponse::Claimed(Claim::granted(
+            req, fence, abandoned,
+        ))))
+    }
+
+    /// A claim under the write lock: a `BEGIN IMMEDIATE` transaction reads the record, answers
+    /// from it, or claims the key. It waits for the lock (the busy timeout), and no other
+    /// connection writes between its read and its write.
+    fn claim_locked(
+        &self,
+        conn: &Connection,
+        req: &ClaimRequest<'_>,
+    ) -> Result<ClaimResponse, Error> {
         let key = req.key;
         let step = |sql: &str, what: &str| {
             conn.prepare_cached(sql)
                 .and_then(|mut s| s.execute([]))
                 .map_err(|e| sql_err(Some(key), what, e))
         };
-        step(begin.sql(), "claiming")?;
+        step("BEGIN IMMEDIATE", "claiming")?;
         let mut current = self.read(conn, key)?;
         let now = self.inner.clock.now();
         let decision = decide(current.as_ref(), req, now, this_boot());
         if let Some(answer) = self.answer(req, decision.clone(), current.as_mut()) {
             step("COMMIT", "claiming")?;
-            return Ok(Some(answer));
+            return Ok(answer);
         }
         let Decision::Claim { abandoned } = decision else {
             return Err(Error::store_msg(Some(key), "inconsistent claim decision"));
         };
-        if begin == Begin::Deferred && req.once {
-            return Ok(None);
-        }
         let top = current.as_ref().map_or(0, |rec| rec.fence);
         let fence = self.next_fence(conn, key, top)?;
-        let rec = LocalRecord::claimed(req, fence, now);
-        // The first write: in a deferred transaction, the upgrade to the write lock.
-        let written = conn.prepare_cached(sql::CLAIM).and_then(|mut s| {
-            s.execute(params![
-                key.scope(),
-                key.id(),
-                to_sql_ns(fence),
-                &rec.fingerprint.0[..],
-                req.holder.encode(),
-                req.once,
-                &*rec.boot_id,
-                to_sql_ns(rec.lease_until_ns),
-                rec.lease_until_wall_ms,
-                rec.changed_wall_ms,
-            ])
-        });
-        match written {
-            Ok(_) => {}
-            Err(e) if begin == Begin::Deferred && is_busy(&e) => return Ok(None),
-            Err(e) => return Err(sql_err(Some(key), "claiming", e)),
-        }
+        self.write_claim(conn, req, fence, now)
+            .map_err(|e| sql_err(Some(key), "claiming", e))?;
         step("COMMIT", "committing the claim")?;
-        Ok(Some(ClaimResponse::Claimed(Claim::granted(
+        Ok(ClaimResponse::Claimed(Claim::granted(
             req, fence, abandoned,
-        ))))
+        )))
     }
+
+    /// Writes the record of a claim with `fence`, made at `now` ([`sql::CLAIM`]).
+    fn write_claim(
+        &self,
+        conn: &Connection,
+        req: &ClaimRequest<'_>,
+        fence: u64,
+        now: Now,
+    ) -> rusqlite::Result<()> {
+        let key = req.key;
+        let rec = LocalRecord::claimed(req, fence, now);
+        conn.prepare_cached(sql::CLAIM)?.execute(params![
+            key.scope(),
+            key.id(),
+            to_sql_ns(fence),
+            &rec.fingerprint.0[..],
+            req.holder.encode(),
+            req.once,
+            &*rec.boot_id,
+            to_sql_ns(rec.lease_until_ns),
+            rec.lease_until_wall_ms,
+            rec.changed_wall_ms,
+        ])?;
+        Ok(())
+    }
+}
+
+/// The fence floor as stored: a fence, or `None` when it is something else (a damaged row).
+fn floor_of(value: rusqlite::types::ValueRef<'_>) -> Option<u64> {
+    match value {
+        rusqlite::types::ValueRef::Integer(v) => u64::try_from(v).ok(),
+        _ => None,
+    }
+}
+
+/// The fence for a new claim of `key`: above `top`, its record's (0: none), and above `floor`,
+/// the fence floor read with it (`None`: the floor's row is missing; `Some(None)`: it holds
+/// something that is not a fence). A damaged floor is `Corrupt`: no fence is drawn from it.
+fn fence_above(key: &Key, top: u64, floor: Option<Option<u64>>) -> Result<u64, Error> {
+    let corrupt = |why: &str| Error::corrupt(key, crate::error::CorruptKind::Record(why.into()));
+    let floor = floor
+        .ok_or_else(|| corrupt("rerun_meta has no fence_floor row"))?
+        .ok_or_else(|| corrupt("rerun_meta's fence_floor is not a fence"))?;
+    top.max(floor)
+        .checked_add(1)
+        .filter(|f| i64::try_from(*f).is_ok())
+        .ok_or_else(|| corrupt("the key's fences reached the largest integer SQLite stores"))
 }
 
 impl SqliteStore {
@@ -578,31 +616,25 @@ impl Store for SqliteStore {
     fn claim(&self, req: &ClaimRequest<'_>) -> Result<ClaimResponse, Error> {
         let key = req.key;
         self.with(Some(key), self.inner.busy_timeout, |conn| {
-            // First a deferred transaction: its read takes no write lock, so a replay, a
-            // mismatch or a live holder is answered by a reader; a claim upgrades it to a write.
-            if let Some(answer) = self.claim_in(conn, req, Begin::Deferred)? {
+            // First a read that takes no lock: a replay, a mismatch or a live holder is
+            // answered by a reader, and a free key is claimed by upgrading that read.
+            if let Some(answer) = self.claim_open(conn, req)? {
                 return Ok(answer);
             }
-            conn.execute_batch("ROLLBACK")
-                .map_err(|e| sql_err(Some(key), "claiming", e))?;
-            if req.once {
-                conn.pragma_update(None, "synchronous", "FULL")
-                    .map_err(|e| sql_err(Some(key), "raising durability", e))?;
+            if !req.once {
+                return self.claim_locked(conn, req);
             }
-            let result = self
-                .claim_in(conn, req, Begin::Immediate)
-                .and_then(|answer| {
-                    answer.ok_or_else(|| {
-                        Error::store_msg(Some(key), "a claim under the write lock could not write")
-                    })
-                });
-            if req.once {
-                if !conn.is_autocommit() {
-                    let _ = conn.execute_batch("ROLLBACK");
-                }
-                conn.pragma_update(None, "synchronous", "NORMAL")
-                    .map_err(|e| sql_err(Some(key), "restoring durability", e))?;
+            // A `once` claim commits with a full sync: a power loss must not forget that its
+            // body may have started. Durability cannot change inside a transaction, so it is
+            // raised before the locked claim begins and lowered after it ends.
+            conn.pragma_update(None, "synchronous", "FULL")
+                .map_err(|e| sql_err(Some(key), "raising durability", e))?;
+            let result = self.claim_locked(conn, req);
+            if !conn.is_autocommit() {
+                let _ = conn.execute_batch("ROLLBACK");
             }
+            conn.pragma_update(None, "synchronous", "NORMAL")
+                .map_err(|e| sql_err(Some(key), "restoring durability", e))?;
             result
         })
     }

@@ -81,6 +81,25 @@ pub(super) const READ_ONE: &str = concat!(
     " FROM rerun_records WHERE scope = ?1 AND id = ?2"
 );
 
+/// The read a claim starts with: the record's columns (every one NULL when the key has no
+/// record) and, after them, the fence floor, in one row, which there is whenever the floor's own
+/// row is. The claim keeps this statement open (it has stepped to the row, not past it) while it
+/// writes: SQLite's transaction for the statement is then still open, so the write joins the
+/// snapshot the record and the floor were read in, as in a deferred transaction, without a
+/// `BEGIN` or a `COMMIT` (the write commits when it finishes). A replay reads and is done.
+pub(super) const READ_FOR_CLAIM: &str = concat!(
+    "SELECT ",
+    columns!(),
+    ", value FROM rerun_meta LEFT JOIN rerun_records ON scope = ?1 AND id = ?2 \
+     WHERE name = 'fence_floor'"
+);
+
+/// The column of [`READ_FOR_CLAIM`]'s row with the record's `id`: NULL when there is no record
+/// (a record's `id`, part of its primary key, is never NULL).
+pub(super) const READ_FOR_CLAIM_ID: usize = 11;
+/// The column of [`READ_FOR_CLAIM`]'s row with the fence floor.
+pub(super) const READ_FOR_CLAIM_FLOOR: usize = 14;
+
 /// One page of a filtered scan, in key order: `?1`, `?2` the cursor, `?3` the limit, then the
 /// conditions the filter has (scope range `?4`..`?5`, states `?6`…). A scan of open states only
 /// repeats the open-records index's own condition, so that SQLite reads that index.
@@ -125,9 +144,9 @@ pub(super) const RAISE_FLOOR: &str =
     "UPDATE rerun_meta SET value = ?1 WHERE name = 'fence_floor' AND value < ?1";
 
 /// Writes a claim, in the transaction that read the record: one that held the write lock when it
-/// read (`BEGIN IMMEDIATE`), or a deferred one that SQLite let upgrade to a write, which it does
-/// only when no other connection wrote since the read. Two processes cannot both see the key
-/// absent and both claim it.
+/// read (`BEGIN IMMEDIATE`), or the open read of [`READ_FOR_CLAIM`], which SQLite lets upgrade
+/// to a write only when no other connection wrote since the read. Two processes cannot both see
+/// the key absent and both claim it.
 pub(super) const CLAIM: &str = "INSERT OR REPLACE INTO rerun_records (scope, id, status, fence, \
      fingerprint, holder, once, boot_id, lease_until, lease_wall, expires_mono, expires_wall, \
      result, changed_wall) VALUES (?1, ?2, 'in_progress', ?3, ?4, ?5, ?6, ?7, ?8, ?9, 0, 0, NULL, ?10)";
