@@ -38,8 +38,8 @@ use crate::error::Error;
 use crate::holder::this_boot;
 use crate::key::Key;
 use crate::record::{
-    decide, Busy, Claim, ClaimRequest, ClaimResponse, Decision, LocalRecord, RecordView, Replay,
-    Status,
+    decide, Abandoned, Busy, Claim, ClaimRequest, ClaimResponse, Decision, LocalRecord, RecordView,
+    Replay, Status,
 };
 use crate::store::{
     async_via_sync, call_deadline, decode_cursor, encode_cursor, ScanFilter, ScanPage, Store,
@@ -146,6 +146,17 @@ impl Default for SqliteOptions {
     fn default() -> Self {
         SqliteOptions::new()
     }
+}
+
+/// What a claim does with the record it read ([`SqliteStore::judge`]).
+enum Judged {
+    /// Answer from the record: nothing is written.
+    Answer(ClaimResponse),
+    /// Claim the key, at the clock reading `now`, taking it over from `abandoned` if any.
+    Claim {
+        abandoned: Option<Abandoned>,
+        now: Now,
+    },
 }
 
 fn is_busy(e: &rusqlite::Error) -> bool {
@@ -380,26 +391,35 @@ impl SqliteStore {
         fence_above(key, top, floor)
     }
 
-    fn answer(
+    /// What a claim does with the record it read (`None`: no record): answer from it, or claim
+    /// the key. The record was read for this decision alone: a replay's result moves out of it,
+    /// uncopied.
+    fn judge(
         &self,
         req: &ClaimRequest<'_>,
-        decision: Decision,
         current: Option<&mut LocalRecord>,
-    ) -> Option<ClaimResponse> {
-        match (decision, current) {
-            // The record was read for this answer alone: its result moves out, uncopied.
-            (Decision::Replay, Some(rec)) => Some(ClaimResponse::Replay(Replay {
+    ) -> Result<Judged, Error> {
+        let now = self.inner.clock.now();
+        let judged = match (decide(current.as_deref(), req, now, this_boot()), current) {
+            (Decision::Replay, Some(rec)) => Judged::Answer(ClaimResponse::Replay(Replay {
                 fence: rec.fence,
                 result: rec.result.take().unwrap_or_default(),
             })),
-            (Decision::Mismatch, _) => Some(ClaimResponse::Mismatch),
-            (Decision::Busy { lease_remaining }, Some(rec)) => Some(ClaimResponse::Busy(Busy {
-                fence: rec.fence,
-                holder: rec.holder.clone().unwrap_or_else(|| req.holder.clone()),
-                lease_remaining,
-            })),
-            _ => None,
-        }
+            (Decision::Mismatch, _) => Judged::Answer(ClaimResponse::Mismatch),
+            (Decision::Busy { lease_remaining }, Some(rec)) => {
+                Judged::Answer(ClaimResponse::Busy(Busy {
+                    fence: rec.fence,
+                    holder: rec.holder.clone().unwrap_or_else(|| req.holder.clone()),
+                    lease_remaining,
+                }))
+            }
+            (Decision::Claim { abandoned }, _) => Judged::Claim { abandoned, now },
+            _ => {
+                let why = "inconsistent claim decision";
+                return Err(Error::store_msg(Some(req.key), why));
+            }
+        };
+        Ok(judged)
     }
 
     fn fenced(
@@ -462,13 +482,9 @@ impl SqliteStore {
             _ => Some(record_of(row).map_err(|kind| Error::corrupt(key, kind))?),
         };
         let floor = row.get_ref(sql::READ_FOR_CLAIM_FLOOR).map(floor_of);
-        let now = self.inner.clock.now();
-        let decision = decide(current.as_ref(), req, now, this_boot());
-        if let Some(answer) = self.answer(req, decision.clone(), current.as_mut()) {
-            return Ok(Some(answer));
-        }
-        let Decision::Claim { abandoned } = decision else {
-            return Err(Error::store_msg(Some(key), "inconsistent claim decision"));
+        let (abandoned, now) = match self.judge(req, current.as_mut())? {
+            Judged::Answer(answer) => return Ok(Some(answer)),
+            Judged::Claim { abandoned, now } => (abandoned, now),
         };
         if req.once {
             return Ok(None);
@@ -502,14 +518,12 @@ impl SqliteStore {
         };
         step("BEGIN IMMEDIATE", "claiming")?;
         let mut current = self.read(conn, key)?;
-        let now = self.inner.clock.now();
-        let decision = decide(current.as_ref(), req, now, this_boot());
-        if let Some(answer) = self.answer(req, decision.clone(), current.as_mut()) {
-            step("COMMIT", "claiming")?;
-            return Ok(answer);
-        }
-        let Decision::Claim { abandoned } = decision else {
-            return Err(Error::store_msg(Some(key), "inconsistent claim decision"));
+        let (abandoned, now) = match self.judge(req, current.as_mut())? {
+            Judged::Answer(answer) => {
+                step("COMMIT", "claiming")?;
+                return Ok(answer);
+            }
+            Judged::Claim { abandoned, now } => (abandoned, now),
         };
         let top = current.as_ref().map_or(0, |rec| rec.fence);
         let fence = self.next_fence(conn, key, top)?;
