@@ -3,7 +3,9 @@
 //! away, and for the floor (the simplest client doing the same round trips, as in
 //! `postgres_ratios`); for fresh calls also that floor on a table that keeps rerun's status and
 //! expiry with their two indexes (what `recover` and purging read instead of every record), and
-//! rerun's record written by a plain insert (a claim that reads nothing first). On a machine
+//! rerun's record written by a plain insert (a claim that reads nothing first), the claim
+//! function's insert sent as a statement of its own, and the claim function called alone (the
+//! claim without its read, with and without the function around its write). On a machine
 //! where the client and the server share the cores, every microsecond of CPU on either side is
 //! throughput lost, so these two figures say what a cell of `postgres_ratios` can reach.
 //!
@@ -48,6 +50,13 @@ enum Shape {
     /// completion: a claim that never reads the record first, so no takeover, steal, replay or
     /// compare-and-set. Fresh calls only.
     FloorRecord,
+    /// The insert of rerun's claim function (`INSERT .. ON CONFLICT DO UPDATE .. WHERE`, the
+    /// compare-and-set) sent as a statement of its own, then rerun's completion: the claim's
+    /// write without the read before it and without the function around it. Fresh calls only.
+    Upsert,
+    /// rerun's claim function called by a statement of its own (`SELECT <table>_claim(..)`),
+    /// then rerun's completion: the claim without the read before it. Fresh calls only.
+    ClaimFn,
     /// `SELECT result` by primary key from rerun's table.
     ResultOnly,
     /// The columns a replay reads (status, fence, fingerprint check, holder, once, lease,
@@ -68,6 +77,8 @@ impl Shape {
             Shape::Floor => "floor",
             Shape::FloorIndexed => "floor-indexed",
             Shape::FloorRecord => "floor-record",
+            Shape::Upsert => "upsert",
+            Shape::ClaimFn => "claim-fn",
             Shape::ResultOnly => "result-only",
             Shape::Record => "record",
             Shape::RecordJoined => "record-joined",
@@ -81,6 +92,8 @@ impl Shape {
             Shape::Floor => "floor",
             Shape::FloorIndexed => "floor, with rerun's status, expiry and their two indexes",
             Shape::FloorRecord => "rerun's record by a plain insert, rerun's completion",
+            Shape::Upsert => "the claim function's insert as a statement, rerun's completion",
+            Shape::ClaimFn => "rerun's claim function, called alone, rerun's completion",
             Shape::ResultOnly => "rerun's table, `SELECT result` by key",
             Shape::Record => "rerun's table, the columns a replay reads",
             Shape::RecordJoined => "the same through the one-row join",
@@ -128,7 +141,12 @@ impl Raw {
                     .collect::<Vec<_>>()
                     .join(", ")
             )),
-            Shape::FloorIndexed | Shape::FloorRecord | Shape::Statement | Shape::Rerun => None,
+            Shape::FloorIndexed
+            | Shape::FloorRecord
+            | Shape::Upsert
+            | Shape::ClaimFn
+            | Shape::Statement
+            | Shape::Rerun => None,
         };
         let read = match read {
             Some(sql) => Some(client.prepare(&sql).await.expect("prepare")),
@@ -172,6 +190,12 @@ impl Raw {
     ) -> Option<(Statement, Statement)> {
         let t = store.table();
         let indexed = postgres::floor_indexed_table(t);
+        let complete = || {
+            store
+                .statement_text("complete")
+                .expect("rerun's completion")
+                .to_owned()
+        };
         let (insert, update) = match self.shape {
             Shape::Floor => (
                 format!("INSERT INTO {floor} (scope, id) VALUES ($1, $2) ON CONFLICT DO NOTHING"),
@@ -195,10 +219,34 @@ impl Raw {
                      now() + $5::float8 * interval '1 microsecond', NULL, NULL) \
                      ON CONFLICT DO NOTHING RETURNING fence"
                 ),
-                store
-                    .statement_text("complete")
-                    .expect("rerun's completion")
-                    .to_owned(),
+                complete(),
+            ),
+            Shape::Upsert => (
+                // The function's insert with its parameters: the seen fence and status NULL
+                // (what a read of an absent key hands it), no fence to steal.
+                format!(
+                    "INSERT INTO {t} AS r (scope, id, status, fence, fingerprint, holder, once, \
+                     lease_until, expires_at, result) VALUES ($1, $2, 'in_progress', \
+                     nextval('{t}_fence'), $3, $4, false, \
+                     now() + $5::float8 * interval '1 microsecond', NULL, NULL) \
+                     ON CONFLICT (scope, id) DO UPDATE SET status = 'in_progress', \
+                     fence = EXCLUDED.fence, fingerprint = EXCLUDED.fingerprint, \
+                     holder = EXCLUDED.holder, once = EXCLUDED.once, \
+                     lease_until = EXCLUDED.lease_until, expires_at = NULL, result = NULL, \
+                     changed_at = now() \
+                     WHERE r.fence = NULL::bigint AND r.status = NULL::text \
+                     AND (r.status = 'released' \
+                          OR (r.status = 'completed' AND r.expires_at <= now() AND NOT false) \
+                          OR (r.fingerprint = $3 AND (r.status = 'unknown' \
+                              OR (r.status = 'in_progress' AND (r.lease_until <= now() \
+                                  OR r.fence = NULL::bigint))))) IS TRUE \
+                     RETURNING fence"
+                ),
+                complete(),
+            ),
+            Shape::ClaimFn => (
+                format!("SELECT {t}_claim($1, $2, $3, $4, false, $5, NULL, NULL, NULL)"),
+                complete(),
             ),
             _ => return None,
         };
@@ -254,7 +302,9 @@ impl Raw {
                 )
                 .await
                 .expect("select"),
-            Shape::FloorIndexed | Shape::FloorRecord => unreachable!("fresh calls only"),
+            Shape::FloorIndexed | Shape::FloorRecord | Shape::ClaimFn | Shape::Upsert => {
+                unreachable!("fresh calls only")
+            }
             Shape::Statement | Shape::Rerun => {
                 let statements = self.statements.as_ref().expect("rerun's statements");
                 statements.call(&self.client, key).await;
@@ -423,7 +473,12 @@ fn measure(
                 while !stop.load(Ordering::Relaxed) {
                     let k = key(c, i);
                     match &floor_fresh {
-                        Some((insert, update)) if shape == Shape::FloorRecord => {
+                        Some((insert, update))
+                            if matches!(
+                                shape,
+                                Shape::FloorRecord | Shape::ClaimFn | Shape::Upsert
+                            ) =>
+                        {
                             rt.block_on(raw.record_fresh(insert, update, &k))
                         }
                         Some((insert, update)) => rt.block_on(raw.floor_fresh(insert, update, &k)),
@@ -545,6 +600,8 @@ fn main() {
         Shape::Floor,
         Shape::FloorIndexed,
         Shape::FloorRecord,
+        Shape::Upsert,
+        Shape::ClaimFn,
         Shape::Statement,
         Shape::Rerun,
     ];
