@@ -47,7 +47,7 @@ use crate::store::{
 };
 
 use pool::{Conn, Pool};
-use row::{record_of, record_of_shape, to_sql_ns};
+use row::{claim_record_of, record_of, record_of_shape, to_sql_ns};
 pub use sql::SCHEMA_VERSION;
 
 /// The embedded store: a SQLite file shared by every process on one host.
@@ -479,9 +479,8 @@ impl SqliteStore {
         };
         let mut current = match row.get_ref(sql::READ_FOR_CLAIM_ID) {
             Ok(rusqlite::types::ValueRef::Null) => None,
-            _ => Some(record_of(row).map_err(|kind| Error::corrupt(key, kind))?),
+            _ => Some(claim_record_of(row).map_err(|kind| Error::corrupt(key, kind))?),
         };
-        let floor = row.get_ref(sql::READ_FOR_CLAIM_FLOOR).map(floor_of);
         let (abandoned, now) = match self.judge(req, current.as_mut())? {
             Judged::Answer(answer) => return Ok(Some(answer)),
             Judged::Claim { abandoned, now } => (abandoned, now),
@@ -489,8 +488,13 @@ impl SqliteStore {
         if req.once {
             return Ok(None);
         }
+        // The floor is read only now: an answer needs none.
+        let floor = row
+            .get_ref(sql::READ_FOR_CLAIM_FLOOR)
+            .map(floor_of)
+            .map_err(failed)?;
         let top = current.as_ref().map_or(0, |rec| rec.fence);
-        let fence = fence_above(key, top, Some(floor.map_err(failed)?))?;
+        let fence = fence_above(key, top, Some(floor))?;
         match self.write_claim(conn, req, fence, now) {
             Ok(()) => {}
             Err(e) if is_busy(&e) => return Ok(None),
