@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Mutex;
 
+use rerun_core::clock::{Clock, HostClock};
 use rerun_core::record::ClaimRequest;
 use rerun_core::{codec, Call, Error, Fingerprint, Holder, Key, MemoryStore, SqliteStore};
 use rusqlite::{params, Connection, OptionalExtension};
@@ -135,7 +136,8 @@ impl RawSqlite {
     /// Read the record and the fence floor in one statement, kept open (stepped to its row, not
     /// past it) while the claim is written, so the claim joins the read's snapshot with no
     /// `BEGIN` or `COMMIT`; if the key is free, claim (a fence above the floor), run, and
-    /// complete.
+    /// complete: SqliteStore's statements, writing the values it writes (this boot's id, the
+    /// lease's and the expiry's ends read off the host clock, the time of the change).
     pub fn call(&self, n: u64) -> Receipt {
         let id = Key::new(SCOPE, &n).id().to_owned();
         let fp = Fingerprint::of(&order(n))
@@ -164,24 +166,85 @@ impl RawSqlite {
                 }
             }
         }
-        let fence = row.get::<_, i64>(14).unwrap_or(0) + 1;
-        c.prepare_cached(
-            "INSERT OR REPLACE INTO rerun_records (scope, id, status, fence, fingerprint, holder, once, \
-             boot_id, lease_until, expires_mono, expires_wall, result) \
-             VALUES (?1, ?2, 'in_progress', ?3, ?4, ?5, ?6, ?7, ?8, 0, 0, NULL)",
-        )
-        .and_then(|mut s| s.execute(params![SCOPE, id, fence, fp, self.holder, false, "boot", 1i64]))
-        .ok();
+        let mut fence = row.get::<_, i64>(14).unwrap_or(0) + 1;
+        // The values rerun writes: this boot's id, the lease's end on both clocks, the time the
+        // record changed state.
+        let boot = rerun_core::holder::this_boot();
+        let claim = |fence: i64| {
+            let now = HostClock.now();
+            let lease_ns = 30_000_000_000i64;
+            c.prepare_cached(
+                "INSERT OR REPLACE INTO rerun_records (scope, id, status, fence, fingerprint, \
+                 holder, once, boot_id, lease_until, lease_wall, expires_mono, expires_wall, \
+                 result, changed_wall) \
+                 VALUES (?1, ?2, 'in_progress', ?3, ?4, ?5, ?6, ?7, ?8, ?9, 0, 0, NULL, ?10)",
+            )
+            .and_then(|mut s| {
+                s.execute(params![
+                    SCOPE,
+                    id,
+                    fence,
+                    fp,
+                    self.holder,
+                    false,
+                    boot,
+                    now.mono_ns as i64 + lease_ns,
+                    now.wall_ms + lease_ns / 1_000_000,
+                    now.wall_ms
+                ])
+            })
+        };
+        let claimed = claim(fence).is_ok();
         drop(rows);
         drop(read);
+        if !claimed {
+            // Another connection wrote since the read (SQLite refused to upgrade it): claim
+            // under the write lock, reading the record and the floor again, as SqliteStore does.
+            let locked = || -> rusqlite::Result<i64> {
+                c.execute_batch("BEGIN IMMEDIATE")?;
+                let top: i64 = c
+                    .prepare_cached(
+                        "SELECT status, fence, fingerprint, holder, once, boot_id, lease_until, \
+                         expires_mono, expires_wall, result, scope, id, lease_wall, changed_wall \
+                         FROM rerun_records WHERE scope = ?1 AND id = ?2",
+                    )?
+                    .query_row(params![SCOPE, id], |r| r.get(1))
+                    .optional()?
+                    .unwrap_or(0);
+                let floor: i64 = c
+                    .prepare_cached("SELECT value FROM rerun_meta WHERE name = 'fence_floor'")?
+                    .query_row([], |r| r.get(0))?;
+                let fence = top.max(floor) + 1;
+                claim(fence)?;
+                c.execute_batch("COMMIT")?;
+                Ok(fence)
+            };
+            match locked() {
+                Ok(f) => fence = f,
+                Err(e) => panic!("the hand-written claim failed: {e}"),
+            }
+        }
         let r = receipt(n);
         let bytes = codec::encode(&r).unwrap_or_default();
+        let now = HostClock.now();
+        let ttl_ns = 86_400_000_000_000i64;
         c.prepare_cached(
             "UPDATE rerun_records SET status = 'completed', holder = NULL, boot_id = ?4, \
-             expires_mono = ?5, expires_wall = ?6, result = ?7 \
+             expires_mono = ?5, expires_wall = ?6, result = ?7, changed_wall = ?8 \
              WHERE scope = ?1 AND id = ?2 AND fence = ?3 AND status = 'in_progress'",
         )
-        .and_then(|mut s| s.execute(params![SCOPE, id, fence, "boot", i64::MAX, i64::MAX, bytes]))
+        .and_then(|mut s| {
+            s.execute(params![
+                SCOPE,
+                id,
+                fence,
+                boot,
+                now.mono_ns as i64 + ttl_ns,
+                now.wall_ms + ttl_ns / 1_000_000,
+                bytes,
+                now.wall_ms
+            ])
+        })
         .ok();
         r
     }
