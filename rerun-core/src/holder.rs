@@ -151,8 +151,7 @@ impl Holder {
         } else {
             self.encode_prefix()
         };
-        use std::fmt::Write as _;
-        let _ = write!(out, "{}", self.attempt);
+        push_decimal(&mut out, self.attempt);
         out
     }
 
@@ -286,6 +285,24 @@ impl fmt::Debug for Holder {
     }
 }
 
+/// Appends `n` in decimal, as `Display` writes it, without the formatting machinery (a holder
+/// is encoded on every claim, and its attempt is its only part not encoded once per process).
+fn push_decimal(out: &mut String, mut n: u64) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    for &d in &digits[at..] {
+        out.push(char::from(d));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -399,5 +416,25 @@ mod tests {
         h.pid = pid;
         // The pid is gone (or reused by another process with another start time).
         assert_eq!(h.liveness(), Liveness::Dead);
+    }
+
+    proptest::proptest! {
+        /// The attempt is written as `Display` writes it, over the whole `u64` domain, after
+        /// this process's prefix and after another holder's.
+        #[test]
+        fn attempts_are_written_as_display_writes_them(
+            attempt in proptest::prop_oneof![proptest::prelude::any::<u64>(), 0u64..1000],
+        ) {
+            let mut mine = Holder::current();
+            mine.attempt = attempt;
+            let mut other = mine.clone();
+            other.host = "elsewhere".into();
+            for h in [mine, other] {
+                let (prefix, written) = h.encode().rsplit_once('\t').map(|(p, a)| (p.to_owned(), a.to_owned())).unwrap_or_default();
+                proptest::prop_assert_eq!(written, attempt.to_string());
+                proptest::prop_assert!(prefix.starts_with("2\t"));
+                proptest::prop_assert_eq!(Holder::decode(&h.encode()), Some(h.clone()));
+            }
+        }
     }
 }

@@ -316,6 +316,87 @@ macro_rules! async_via_sync {
 }
 pub(crate) use async_via_sync;
 
+/// [`Store`] for a handle (`$ty`) whose state is its `inner: Arc<_>` field, itself a store: every
+/// call goes to the state, and [`Store::shared`] hands out the state itself (a count, no
+/// allocation: the lease keeper takes it on every claim).
+macro_rules! forward_store_to_inner {
+    ($ty:ty) => {
+        impl $crate::store::Store for $ty {
+            fn claim(
+                &self,
+                req: &$crate::record::ClaimRequest<'_>,
+            ) -> Result<$crate::record::ClaimResponse, $crate::Error> {
+                self.inner.claim(req)
+            }
+            fn complete(
+                &self,
+                claim: &$crate::record::Claim,
+                result: &[u8],
+                ttl: ::std::time::Duration,
+            ) -> Result<(), $crate::Error> {
+                self.inner.complete(claim, result, ttl)
+            }
+            fn release(&self, claim: &$crate::record::Claim) -> Result<(), $crate::Error> {
+                self.inner.release(claim)
+            }
+            fn renew(
+                &self,
+                claim: &$crate::record::Claim,
+                lease: ::std::time::Duration,
+            ) -> Result<(), $crate::Error> {
+                self.inner.renew(claim, lease)
+            }
+            fn mark_unknown(&self, claim: &$crate::record::Claim) -> Result<(), $crate::Error> {
+                self.inner.mark_unknown(claim)
+            }
+            fn forget(&self, key: &$crate::Key) -> Result<bool, $crate::Error> {
+                self.inner.forget(key)
+            }
+            fn forget_if(
+                &self,
+                key: &$crate::Key,
+                fence: $crate::record::Fence,
+            ) -> Result<bool, $crate::Error> {
+                self.inner.forget_if(key, fence)
+            }
+            fn inspect(
+                &self,
+                key: &$crate::Key,
+            ) -> Result<Option<$crate::record::RecordView>, $crate::Error> {
+                self.inner.inspect(key)
+            }
+            fn scan(
+                &self,
+                cursor: Option<&str>,
+                limit: usize,
+            ) -> Result<$crate::store::ScanPage, $crate::Error> {
+                self.inner.scan(cursor, limit)
+            }
+            fn scan_filtered(
+                &self,
+                filter: &$crate::store::ScanFilter,
+                cursor: Option<&str>,
+                limit: usize,
+            ) -> Result<$crate::store::ScanPage, $crate::Error> {
+                self.inner.scan_filtered(filter, cursor, limit)
+            }
+            fn purge_expired(&self, limit: usize) -> Result<u64, $crate::Error> {
+                self.inner.purge_expired(limit)
+            }
+            fn shared(&self) -> ::std::sync::Arc<dyn $crate::store::Store> {
+                self.inner.clone()
+            }
+            fn describe(&self) -> String {
+                self.inner.describe()
+            }
+            fn kind(&self) -> &'static str {
+                self.inner.kind()
+            }
+        }
+    };
+}
+pub(crate) use forward_store_to_inner;
+
 macro_rules! forward_store {
     ($($ptr:ty),*) => {$(
         impl<S: Store + ?Sized> Store for $ptr {

@@ -23,7 +23,9 @@ use crate::key::Key;
 use crate::record::{
     decide_on, Busy, Claim, ClaimRequest, ClaimResponse, Current, Decision, RecordView, Replay,
 };
-use crate::store::{async_via_sync, decode_cursor, encode_cursor, ScanPage, Store};
+use crate::store::{
+    async_via_sync, decode_cursor, encode_cursor, forward_store_to_inner, ScanPage, Store,
+};
 
 mod stored;
 
@@ -128,47 +130,7 @@ impl std::fmt::Debug for MemoryStore {
     }
 }
 
-impl Store for MemoryStore {
-    fn claim(&self, req: &ClaimRequest<'_>) -> Result<ClaimResponse, Error> {
-        self.inner.claim(req)
-    }
-    fn complete(&self, claim: &Claim, result: &[u8], ttl: Duration) -> Result<(), Error> {
-        self.inner.complete(claim, result, ttl)
-    }
-    fn release(&self, claim: &Claim) -> Result<(), Error> {
-        self.inner.release(claim)
-    }
-    fn renew(&self, claim: &Claim, lease: Duration) -> Result<(), Error> {
-        self.inner.renew(claim, lease)
-    }
-    fn mark_unknown(&self, claim: &Claim) -> Result<(), Error> {
-        self.inner.mark_unknown(claim)
-    }
-    fn forget(&self, key: &Key) -> Result<bool, Error> {
-        self.inner.forget(key)
-    }
-    fn forget_if(&self, key: &Key, fence: crate::record::Fence) -> Result<bool, Error> {
-        self.inner.forget_if(key, fence)
-    }
-    fn inspect(&self, key: &Key) -> Result<Option<RecordView>, Error> {
-        self.inner.inspect(key)
-    }
-    fn scan(&self, cursor: Option<&str>, limit: usize) -> Result<ScanPage, Error> {
-        self.inner.scan(cursor, limit)
-    }
-    fn purge_expired(&self, limit: usize) -> Result<u64, Error> {
-        self.inner.purge_expired(limit)
-    }
-    fn shared(&self) -> Arc<dyn Store> {
-        self.inner.clone()
-    }
-    fn kind(&self) -> &'static str {
-        self.inner.kind()
-    }
-    fn describe(&self) -> String {
-        self.inner.describe()
-    }
-}
+forward_store_to_inner!(MemoryStore);
 
 impl Store for Inner {
     fn claim(&self, req: &ClaimRequest<'_>) -> Result<ClaimResponse, Error> {

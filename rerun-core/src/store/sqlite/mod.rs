@@ -28,10 +28,11 @@ mod row;
 mod sql;
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use rusqlite::{params, Connection, OptionalExtension};
+use smallvec::SmallVec;
 
 use crate::clock::{Clock, HostClock, Now};
 use crate::error::Error;
@@ -42,8 +43,8 @@ use crate::record::{
     Replay, Status,
 };
 use crate::store::{
-    async_via_sync, call_deadline, decode_cursor, encode_cursor, ScanFilter, ScanPage, Store,
-    Unreadable,
+    async_via_sync, call_deadline, decode_cursor, encode_cursor, forward_store_to_inner,
+    ScanFilter, ScanPage, Store, Unreadable,
 };
 
 use pool::{Conn, Pool};
@@ -67,7 +68,12 @@ pub struct SqliteStore {
     inner: Arc<Inner>,
 }
 
+/// The store itself, shared by every clone of a [`SqliteStore`] and by the lease keeper, which
+/// holds it as the `Arc<dyn Store>` of [`Store::shared`]: handing it out costs a count, not an
+/// allocation per claim.
 struct Inner {
+    /// This store, as the keeper holds it.
+    me: Weak<Inner>,
     /// The database file, absolute.
     path: PathBuf,
     pool: Pool,
@@ -251,16 +257,15 @@ impl SqliteStore {
                 Err(e) => return Err(io_err(format!("checking the filesystem of {}", path.display()), e)),
             }
         }
-        let store = SqliteStore {
-            inner: Arc::new(Inner {
-                path,
-                pool: Pool::new(options.max_connections, options.max_idle),
-                clock: options.clock,
-                busy_timeout: options.busy_timeout,
-            }),
-        };
-        store.with(None, store.inner.busy_timeout, |conn| store.migrate(conn))?;
-        Ok(store)
+        let inner = Arc::new_cyclic(|me| Inner {
+            me: me.clone(),
+            path,
+            pool: Pool::new(options.max_connections, options.max_idle),
+            clock: options.clock,
+            busy_timeout: options.busy_timeout,
+        });
+        inner.with(None, inner.busy_timeout, |conn| inner.migrate(conn))?;
+        Ok(SqliteStore { inner })
     }
 
     /// The database file, absolute.
@@ -272,14 +277,16 @@ impl SqliteStore {
     pub fn open_connections(&self) -> usize {
         self.inner.pool.open_connections()
     }
+}
 
+impl Inner {
     fn connect(&self) -> Result<Connection, Error> {
-        let what = format!("opening {}", self.inner.path.display());
-        let conn = Connection::open(&self.inner.path).map_err(|e| sql_err(None, &what, e))?;
-        conn.busy_timeout(self.inner.busy_timeout)
+        let what = format!("opening {}", self.path.display());
+        let conn = Connection::open(&self.path).map_err(|e| sql_err(None, &what, e))?;
+        conn.busy_timeout(self.busy_timeout)
             .map_err(|e| sql_err(None, &what, e))?;
         // WAL lets readers (every replay) run beside the one writer.
-        retry_busy(self.inner.busy_timeout, || {
+        retry_busy(self.busy_timeout, || {
             conn.pragma_update(None, "journal_mode", "WAL")
         })
         .map_err(|e| sql_err(None, &what, e))?;
@@ -292,11 +299,11 @@ impl SqliteStore {
     /// so that many processes opening a file at once create or migrate it exactly once; refuses
     /// a newer schema.
     fn migrate(&self, conn: &Connection) -> Result<(), Error> {
-        let what = format!("creating the rerun schema in {}", self.inner.path.display());
+        let what = format!("creating the rerun schema in {}", self.path.display());
         let newer = |version: i64| {
             Error::config(format!(
                 "{} has rerun schema version {version}, newer than this build's {SCHEMA_VERSION}; upgrade rerun",
-                self.inner.path.display()
+                self.path.display()
             ))
         };
         let steps = || -> rusqlite::Result<Result<(), Error>> {
@@ -314,7 +321,7 @@ impl SqliteStore {
                     conn.execute_batch("ROLLBACK")?;
                     return Ok(Err(Error::config(format!(
                         "{} has rerun schema version {version}, which this build cannot migrate",
-                        self.inner.path.display()
+                        self.path.display()
                     ))));
                 };
                 conn.execute_batch(step)?;
@@ -323,7 +330,7 @@ impl SqliteStore {
             conn.execute_batch("COMMIT")?;
             Ok(Ok(()))
         };
-        retry_busy(self.inner.busy_timeout, || {
+        retry_busy(self.busy_timeout, || {
             steps().inspect_err(|_| {
                 if !conn.is_autocommit() {
                     let _ = conn.execute_batch("ROLLBACK");
@@ -341,7 +348,7 @@ impl SqliteStore {
         deadline: Duration,
         f: impl FnOnce(&Connection) -> Result<T, Error>,
     ) -> Result<T, Error> {
-        let (mut conn, spent): (Conn, Duration) = self.inner.pool.take(
+        let (mut conn, spent): (Conn, Duration) = self.pool.take(
             deadline,
             || self.connect(),
             |max, waited| {
@@ -349,7 +356,7 @@ impl SqliteStore {
                     key,
                     format!(
                         "all {max} connections to {} stayed busy for {}; raise SqliteOptions::max_connections or lower the load",
-                        self.inner.path.display(),
+                        self.path.display(),
                         crate::error::rounded(waited)
                     ),
                 )
@@ -363,7 +370,7 @@ impl SqliteStore {
         if out.is_err() && !conn.conn.is_autocommit() {
             let _ = conn.conn.execute_batch("ROLLBACK");
         }
-        self.inner.pool.put_back(conn);
+        self.pool.put_back(conn);
         out
     }
 
@@ -399,7 +406,7 @@ impl SqliteStore {
         req: &ClaimRequest<'_>,
         current: Option<&mut LocalRecord>,
     ) -> Result<Judged, Error> {
-        let now = self.inner.clock.now();
+        let now = self.clock.now();
         let judged = match (decide(current.as_deref(), req, now, this_boot()), current) {
             (Decision::Replay, Some(rec)) => Judged::Answer(ClaimResponse::Replay(Replay {
                 fence: rec.fence,
@@ -437,7 +444,9 @@ impl SqliteStore {
                 .map_err(|e| sql_err(Some(key), what, e))?;
             let fence = i64::try_from(claim.fence).unwrap_or(i64::MAX);
             let (scope, id) = (key.scope(), key.id());
-            let mut args: Vec<&dyn rusqlite::ToSql> = vec![&scope, &id, &fence];
+            // On the stack: every fenced statement has at most eight parameters.
+            let mut args: SmallVec<[&dyn rusqlite::ToSql; 8]> = SmallVec::new();
+            args.extend([&scope as &dyn rusqlite::ToSql, &id, &fence]);
             args.extend_from_slice(extra);
             stmt.execute(args.as_slice())
                 .map_err(|e| sql_err(Some(key), what, e))
@@ -451,7 +460,7 @@ impl SqliteStore {
 
     /// The deadline of a call made for `claim`.
     fn claim_deadline(&self, lease: Duration) -> Duration {
-        call_deadline(self.inner.busy_timeout, lease)
+        call_deadline(self.busy_timeout, lease)
     }
 
     /// A claim that reads in no transaction of its own: [`sql::READ_FOR_CLAIM`] reads the record
@@ -587,7 +596,7 @@ fn fence_above(key: &Key, top: u64, floor: Option<Option<u64>>) -> Result<u64, E
         .ok_or_else(|| corrupt("the key's fences reached the largest integer SQLite stores"))
 }
 
-impl SqliteStore {
+impl Inner {
     /// Runs `delete`, a statement returning the fences of the records it deletes, and raises
     /// the fence floor above them, in one write transaction; how many it deleted.
     fn deleting(
@@ -597,7 +606,7 @@ impl SqliteStore {
         delete: &str,
         args: &[&dyn rusqlite::ToSql],
     ) -> Result<u64, Error> {
-        self.with(key, self.inner.busy_timeout, |conn| {
+        self.with(key, self.busy_timeout, |conn| {
             let steps = || -> rusqlite::Result<u64> {
                 conn.prepare_cached("BEGIN IMMEDIATE")?.execute([])?;
                 let (mut deleted, mut top) = (0u64, 0i64);
@@ -630,10 +639,10 @@ impl std::fmt::Debug for SqliteStore {
     }
 }
 
-impl Store for SqliteStore {
+impl Store for Inner {
     fn claim(&self, req: &ClaimRequest<'_>) -> Result<ClaimResponse, Error> {
         let key = req.key;
-        self.with(Some(key), self.inner.busy_timeout, |conn| {
+        self.with(Some(key), self.busy_timeout, |conn| {
             // First a read that takes no lock: a replay, a mismatch or a live holder is
             // answered by a reader, and a free key is claimed by upgrading that read.
             if let Some(answer) = self.claim_open(conn, req)? {
@@ -658,7 +667,7 @@ impl Store for SqliteStore {
     }
 
     fn complete(&self, claim: &Claim, result: &[u8], ttl: Duration) -> Result<(), Error> {
-        let now = self.inner.clock.now();
+        let now = self.clock.now();
         let boot: &str = this_boot();
         let exp_mono = to_sql_ns(now.mono_ns.saturating_add(crate::clock::nanos(ttl)));
         let exp_wall = now.wall_ms.saturating_add(crate::clock::millis(ttl));
@@ -672,7 +681,7 @@ impl Store for SqliteStore {
     }
 
     fn release(&self, claim: &Claim) -> Result<(), Error> {
-        let now = self.inner.clock.now();
+        let now = self.clock.now();
         self.fenced(
             claim,
             self.claim_deadline(claim.lease),
@@ -683,7 +692,7 @@ impl Store for SqliteStore {
     }
 
     fn renew(&self, claim: &Claim, lease: Duration) -> Result<(), Error> {
-        let now = self.inner.clock.now();
+        let now = self.clock.now();
         let boot: &str = this_boot();
         let until = to_sql_ns(now.mono_ns.saturating_add(crate::clock::nanos(lease)));
         let until_wall = now.wall_ms.saturating_add(crate::clock::millis(lease));
@@ -697,7 +706,7 @@ impl Store for SqliteStore {
     }
 
     fn mark_unknown(&self, claim: &Claim) -> Result<(), Error> {
-        let now = self.inner.clock.now();
+        let now = self.clock.now();
         self.fenced(
             claim,
             self.claim_deadline(claim.lease),
@@ -725,9 +734,9 @@ impl Store for SqliteStore {
     }
 
     fn inspect(&self, key: &Key) -> Result<Option<RecordView>, Error> {
-        self.with(Some(key), self.inner.busy_timeout, |conn| {
+        self.with(Some(key), self.busy_timeout, |conn| {
             let rec = self.read(conn, key)?;
-            let now = self.inner.clock.now();
+            let now = self.clock.now();
             Ok(rec.map(|r| r.view(key, now, this_boot())))
         })
     }
@@ -755,7 +764,7 @@ impl Store for SqliteStore {
             open_only,
             !filter.skip_results,
         );
-        self.with(None, self.inner.busy_timeout, |conn| {
+        self.with(None, self.busy_timeout, |conn| {
             let (scope, id) = after
                 .as_ref()
                 .map(|k| (Some(k.scope()), k.id()))
@@ -791,7 +800,7 @@ impl Store for SqliteStore {
                     Ok((record_of_shape(r, skip), key))
                 })
                 .map_err(|e| sql_err(None, "scanning records", e))?;
-            let now = self.inner.clock.now();
+            let now = self.clock.now();
             let mut page = ScanPage::default();
             let mut read = 0;
             let mut last = None;
@@ -816,7 +825,7 @@ impl Store for SqliteStore {
     }
 
     fn purge_expired(&self, limit: usize) -> Result<u64, Error> {
-        let now = self.inner.clock.now();
+        let now = self.clock.now();
         let boot: &str = this_boot();
         let (mono, limit) = (
             to_sql_ns(now.mono_ns),
@@ -831,7 +840,12 @@ impl Store for SqliteStore {
     }
 
     fn shared(&self) -> Arc<dyn Store> {
-        Arc::new(self.clone())
+        // `self` is borrowed from an `Arc<Inner>` (a `SqliteStore`'s, or one this handed out),
+        // so the count is above zero and the upgrade succeeds.
+        match self.me.upgrade() {
+            Some(me) => me,
+            None => unreachable!("a SqliteStore's state is borrowed, so it is alive"),
+        }
     }
 
     fn kind(&self) -> &'static str {
@@ -839,8 +853,9 @@ impl Store for SqliteStore {
     }
 
     fn describe(&self) -> String {
-        format!("sqlite:{}", self.inner.path.display())
+        format!("sqlite:{}", self.path.display())
     }
 }
 
+forward_store_to_inner!(SqliteStore);
 async_via_sync!(SqliteStore);
