@@ -6,8 +6,9 @@
 //! and repeated calls (one round trip), with 1, 8 and 16 concurrent callers, sync (threads) and
 //! async (tasks on a 2-worker tokio runtime). The raw sides give every caller its own
 //! connection, the best case for them, and keep it from window to window, as rerun's pool does.
-//! Also prints rerun with 8 callers against 1, and the statements per call counted by the
-//! server.
+//! Also prints each side's client CPU per call (this process's CPU time over the side's
+//! windows, every thread included, divided by its calls), rerun with 8 callers against 1, and
+//! the statements per call counted by the server.
 //!
 //! `RERUN_BENCH_POSTGRES_URL=postgres://postgres@127.0.0.1:5432/test cargo bench -p rerun-core
 //! --features postgres --bench postgres_ratios`
@@ -538,9 +539,9 @@ fn main() {
     println!("statements (= round trips) per call, counted by the server: fresh {per_fresh:.2}, repeated {per_repeat:.2}");
     println!();
     println!(
-        "| api | call | callers | rerun/s | same/s | vs same | floor/s | vs floor | rerun us | floor us | rerun cpu us | floor cpu us |"
+        "| api | call | callers | rerun/s | same/s | vs same | floor/s | vs floor | rerun us | floor us | rerun cpu us | same cpu us | floor cpu us |"
     );
-    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for api in ["sync", "async"] {
         for kind in [Kind::Fresh, Kind::Repeated] {
             for callers in [1usize, 8, 16] {
@@ -583,7 +584,7 @@ fn main() {
                 };
                 let [a, b, f] = &sides[..] else { continue };
                 println!(
-                    "| {} | {} | {} | {:.0} | {:.0} | {:.2}x | {:.0} | {:.2}x | {:.1} | {:.1} | {:.1} | {:.1} |",
+                    "| {} | {} | {} | {:.0} | {:.0} | {:.2}x | {:.0} | {:.2}x | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} |",
                     api,
                     format!("{kind:?}").to_lowercase(),
                     callers,
@@ -595,6 +596,7 @@ fn main() {
                     1e6 / a.rate() * callers as f64,
                     1e6 / f.rate() * callers as f64,
                     a.cpu_us(),
+                    b.cpu_us(),
                     f.cpu_us()
                 );
             }
