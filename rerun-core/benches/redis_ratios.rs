@@ -213,10 +213,12 @@ impl Scripted {
     fn claim_cmd(&self, i: u64) -> Invocation<'_> {
         let (fingerprint, holder) = (&self.fingerprint[..], &self.holder[..]);
         match self.steps {
-            // As the store sends a claim that is neither once nor a steal.
-            Steps::Rerun => self
-                .claim
-                .invocation(self.key(i), &[fingerprint, holder, b"30000000"]),
+            // As the store sends a claim that is neither once nor a steal: one argument, the
+            // fingerprint, the once flag, the lease (30 s) in 16 digits and the holder.
+            Steps::Rerun => {
+                let packed = [fingerprint, b"0", b"0000000030000000", holder].concat();
+                self.claim.invocation(self.key(i), &[&packed[..]])
+            }
             Steps::Atomic => self.claim.invocation(self.key(i), &[fingerprint, holder]),
         }
     }

@@ -2,14 +2,13 @@
 -- `rerun_core::record::decide`, judged on Redis' own clock.
 --
 -- KEYS[1]  the record
--- ARGV[1]  the payload fingerprint (32 bytes)
--- ARGV[2]  the claiming holder (`Holder::encode`)
--- ARGV[3]  the lease, in microseconds
--- ARGV[4]  '1' for an at-most-once claim, else '0' (absent: '0')
--- ARGV[5]  the fence whose holder the caller proved dead (steal), or '' (absent: '')
+-- ARGV[1]  the claim, packed: the payload fingerprint (32 bytes), '1' for an at-most-once
+--          claim or '0' (1 byte), the lease in microseconds (16 digits, zero-padded), the
+--          claiming holder (`Holder::encode`, the rest)
+-- ARGV[2]  the fence whose holder the caller proved dead (steal) (absent: '')
 --
--- The client leaves out the last arguments when they are the defaults: Redis makes a Lua
--- string of every argument before the function runs, a replay included.
+-- One packed argument, and the steal only when there is one: Redis makes a Lua string of
+-- every argument before the function runs, a replay included, which reads none of them.
 --
 -- Replies:
 --   fence, an integer: claimed, nothing abandoned (the most frequent answer, and the cheapest
@@ -20,8 +19,10 @@
 --   {'version', found} (written by a newer rerun) | {'corrupt', why}
 local rec = KEYS[1]
 -- The lease stays a string until the one sum that needs it as a number (see `clock`).
-local fp, holder, lease_us = ARGV[1], ARGV[2], ARGV[3]
-local once, steal = ARGV[4] or '0', ARGV[5] or ''
+local packed = ARGV[1]
+local fp, once = string.sub(packed, 1, 32), string.sub(packed, 33, 33)
+local lease_us, holder = string.sub(packed, 34, 49), string.sub(packed, 50)
+local steal = ARGV[2] or ''
 
 -- PREFETCHED: the GET made before the shared code (replay.lua).
 local raw, err = load(rec, PREFETCHED)

@@ -655,7 +655,8 @@ impl Store for RedisStore {
     fn claim(&self, req: &ClaimRequest<'_>) -> Result<ClaimResponse, Error> {
         let record = self.claim_key(req)?;
         let holder = holder_of(req)?;
-        let args = claim_args(req, &holder);
+        let packed = claim_args(req, &holder);
+        let args = packed.list();
         let limit = self.inner.response_timeout;
         let durability = self.inner.once_durability;
         if !(req.once && durability.is_set()) {
@@ -888,7 +889,8 @@ impl AsyncStore for RedisStore {
         Box::pin(async move {
             let record = self.claim_key(req)?;
             let holder = holder_of(req)?;
-            let args = claim_args(req, &holder);
+            let packed = claim_args(req, &holder);
+            let args = packed.list();
             let limit = self.inner.response_timeout;
             let durability = self.inner.once_durability;
             if !(req.once && durability.is_set()) {
