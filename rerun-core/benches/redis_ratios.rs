@@ -128,6 +128,9 @@ struct Scripted {
     fingerprint: Vec<u8>,
     holder: Vec<u8>,
     result: Vec<u8>,
+    /// rerun's claim argument, packed once: the fingerprint, the once flag (`0`), the lease
+    /// (30 s) in 16 digits and the holder, as the store packs it on every call.
+    packed: Vec<u8>,
 }
 
 /// The atomic floor's two steps, as one library of functions (Redis 7) or two scripts.
@@ -146,15 +149,18 @@ const ATOMIC_COMPLETE: &str = "local got = redis.call('GET', KEYS[1]) \
 impl Scripted {
     /// rerun's steps: the store's own functions or scripts, whichever it calls.
     fn rerun(prefix: &str, store: &RedisStore) -> Scripted {
+        let fingerprint = Fingerprint::of(&1u64)
+            .map(|f| f.0.to_vec())
+            .unwrap_or_default();
+        let holder = Holder::current().encode().into_bytes();
         Scripted {
             steps: Steps::Rerun,
             claim: Code::of(store, "claim"),
             complete: Code::of(store, "complete"),
             prefix: prefix.to_owned(),
-            fingerprint: Fingerprint::of(&1u64)
-                .map(|f| f.0.to_vec())
-                .unwrap_or_default(),
-            holder: Holder::current().encode().into_bytes(),
+            packed: [&fingerprint[..], b"0", b"0000000030000000", &holder[..]].concat(),
+            fingerprint,
+            holder,
             result: rerun_core::codec::encode(&Receipt {
                 id: 1,
                 amount_cents: 500,
@@ -202,6 +208,7 @@ impl Scripted {
             claim,
             complete,
             prefix: prefix.to_owned(),
+            packed: Vec::new(),
             fingerprint: raw.fingerprint.clone(),
             holder: raw.holder.clone(),
             result: raw.result.clone(),
@@ -213,12 +220,8 @@ impl Scripted {
     fn claim_cmd(&self, i: u64) -> Invocation<'_> {
         let (fingerprint, holder) = (&self.fingerprint[..], &self.holder[..]);
         match self.steps {
-            // As the store sends a claim that is neither once nor a steal: one argument, the
-            // fingerprint, the once flag, the lease (30 s) in 16 digits and the holder.
-            Steps::Rerun => {
-                let packed = [fingerprint, b"0", b"0000000030000000", holder].concat();
-                self.claim.invocation(self.key(i), &[&packed[..]])
-            }
+            // As the store sends a claim that is neither once nor a steal: one argument.
+            Steps::Rerun => self.claim.invocation(self.key(i), &[&self.packed[..]]),
             Steps::Atomic => self.claim.invocation(self.key(i), &[fingerprint, holder]),
         }
     }
