@@ -850,6 +850,79 @@ fn scan_pages_through_every_record_and_skips_tombstones() {
     cleanup(&url, &name);
 }
 
+/// A database shared with many other keys (a cache beside the records): `SCAN` reads the whole
+/// database, and a page short of records reads more of it per step, so a scan finds every
+/// record in about one step per thousand keys, not one per page's worth of keys; where the
+/// records are most of the keys, a page stays near its size. On a server of the test's own,
+/// whose `SCAN` count is this scan's alone.
+#[test]
+fn a_scan_through_a_database_of_other_keys_reads_it_in_large_steps() {
+    let Some(_) = url() else { return };
+    let Some(server) = redis_util::PrivateRedis::start() else {
+        return;
+    };
+    let other_keys = 100_000;
+    // `command` on each of the other keys (`cache:1` ..), in one script.
+    let on_other_keys = |command: &[&str]| {
+        let _: () = redis::cmd("EVAL")
+            .arg("for i = 1, tonumber(ARGV[1]) do redis.call(ARGV[2], 'cache:' .. i, unpack(ARGV, 3)) end")
+            .arg(0)
+            .arg(other_keys)
+            .arg(command)
+            .query(&mut raw(&server.url))
+            .unwrap();
+    };
+    on_other_keys(&["SET", "x"]);
+    let store = store(&server.url, "records");
+    let expected: BTreeSet<Key> = (0..30u32)
+        .map(|i| {
+            Call::new("scan", &i)
+                .run(&store, || Ok::<_, Error>(i))
+                .unwrap();
+            Key::new("scan", &i)
+        })
+        .collect();
+    let pages_of = |limit: usize| {
+        let mut pages = Vec::new();
+        let mut cursor: Option<String> = None;
+        loop {
+            let page = store.scan(cursor.as_deref(), limit).unwrap();
+            pages.push(page.records.into_iter().map(|r| r.key).collect::<Vec<_>>());
+            match page.next {
+                Some(next) => cursor = Some(next),
+                None => return pages,
+            }
+            assert!(pages.len() < 100_000, "scan does not end");
+        }
+    };
+    let before = server.calls("scan");
+    let pages = pages_of(10);
+    let steps = server.calls("scan") - before;
+    assert_eq!(
+        pages.iter().flatten().cloned().collect::<BTreeSet<_>>(),
+        expected
+    );
+    // About 100 steps of 1,024 keys, and a few short ones at the start of each page; a step
+    // of 10 keys, as a page of 10 records once read, makes 10,000.
+    assert!(
+        steps < 400,
+        "{steps} SCAN steps for {other_keys} other keys"
+    );
+
+    // Only the records left: a page's first step reads as many keys as it wants records.
+    on_other_keys(&["DEL"]);
+    let pages = pages_of(10);
+    assert_eq!(
+        pages.iter().flatten().cloned().collect::<BTreeSet<_>>(),
+        expected
+    );
+    assert!(
+        pages.iter().all(|p| p.len() <= 20),
+        "{:?}",
+        pages.iter().map(Vec::len).collect::<Vec<_>>()
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connect_and_call_inside_a_runtime_sync_and_async() {
     let Some(url) = url() else { return };

@@ -92,3 +92,73 @@ pub fn cleanup(url: &str, prefix: &str) {
         let _: redis::RedisResult<()> = redis::cmd("DEL").arg(batch).query(&mut conn);
     }
 }
+
+/// A `redis-server` of one test's own, on a free loopback port, stopped when dropped: for what
+/// the server counts (`INFO commandstats`) and other tests would add to.
+pub struct PrivateRedis {
+    child: std::process::Child,
+    pub url: String,
+}
+
+impl PrivateRedis {
+    /// Starts one; `None` (with a printed notice) when `redis-server` cannot be run, which
+    /// `RERUN_REQUIRE_SERVICES=1` turns into a failure.
+    pub fn start() -> Option<PrivateRedis> {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free loopback port")
+            .port();
+        let spawned = std::process::Command::new("redis-server")
+            .args(["--bind", "127.0.0.1", "--port", &port.to_string()])
+            .args(["--save", "", "--appendonly", "no"])
+            .stdout(std::process::Stdio::null())
+            .spawn();
+        let child = match spawned {
+            Ok(child) => child,
+            Err(e) if !rerun_core::testing::services_required() => {
+                eprintln!("note: cannot run redis-server ({e}); skipping this test");
+                return None;
+            }
+            Err(e) => panic!("cannot run redis-server ({e}), and RERUN_REQUIRE_SERVICES=1"),
+        };
+        let server = PrivateRedis {
+            child,
+            url: format!("redis://127.0.0.1:{port}"),
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let up = redis::Client::open(server.url.as_str())
+                .and_then(|c| c.get_connection_with_timeout(Duration::from_millis(200)))
+                .and_then(|mut c| redis::cmd("PING").query::<String>(&mut c));
+            if up.is_ok() {
+                return Some(server);
+            }
+            assert!(
+                Instant::now() < deadline,
+                "redis-server did not start: {up:?}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// How many times the server ran `command` since it started or its counters were reset.
+    pub fn calls(&self, command: &str) -> u64 {
+        let info: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query(&mut raw(&self.url))
+            .expect("INFO commandstats");
+        let field = format!("cmdstat_{command}:calls=");
+        info.lines()
+            .find_map(|line| line.strip_prefix(&field))
+            .and_then(|rest| rest.split(',').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0)
+    }
+}
+
+impl Drop for PrivateRedis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

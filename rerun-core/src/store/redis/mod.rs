@@ -19,9 +19,11 @@
 //!
 //! # Layout
 //!
-//! One hash per record, at `PREFIX{SCOPE:ID}` (`rerun:{billing.charge:ord_1}` by default). The
-//! braces are a Redis Cluster hash tag: everything rerun keeps for one record lands on one slot.
-//! `{`, `}`, `%` (and `:` in the scope) are percent-escaped, so two keys never share a name.
+//! One string per record (its fields at fixed offsets: see `layout` and `prelude.lua`; rerun 0.1
+//! kept a hash, upgraded in place), at `PREFIX{SCOPE:ID}` (`rerun:{billing.charge:ord_1}` by
+//! default). The braces are a Redis Cluster hash tag: everything rerun keeps for one record
+//! lands on one slot. `{`, `}`, `%` (and `:` in the scope) are percent-escaped, so two keys
+//! never share a name.
 //!
 //! # Clock, fences and expiry
 //!
@@ -649,6 +651,30 @@ fn holder_of(req: &ClaimRequest<'_>) -> Result<String, Error> {
     Ok(holder)
 }
 
+/// The most keys one `SCAN` step reads (its `COUNT`): a step blocks every other client of the
+/// server while it runs, about a microsecond a key, so a step of 1,024 keys stays under a
+/// millisecond. A page of more records than that takes more steps.
+const SCAN_COUNT_MAX: usize = 1024;
+
+/// The `COUNT` of a page's first `SCAN` step: as many keys as the page wants records (at least
+/// 10, at most [`SCAN_COUNT_MAX`]).
+fn first_scan_count(limit: usize) -> usize {
+    limit.clamp(10, SCAN_COUNT_MAX)
+}
+
+/// The `COUNT` of a page's next `SCAN` step after one that left the page short of its records:
+/// twice the last, up to [`SCAN_COUNT_MAX`].
+///
+/// A step reads about `COUNT` keys of the whole database and returns the store's records among
+/// them, so in a database shared with other keys (a cache, a queue) a page of 10 records at a
+/// fixed `COUNT` of 10 took a round trip per 10 keys of the database. Growing the step only
+/// while the page is short keeps a page near its size where most keys are the store's, and
+/// makes a scan through a million other keys about a thousand round trips instead of a hundred
+/// thousand (the server reads every key either way).
+fn next_scan_count(count: usize) -> usize {
+    count.saturating_mul(2).min(SCAN_COUNT_MAX)
+}
+
 // ---- the traits ---------------------------------------------------------------------------
 
 impl Store for RedisStore {
@@ -796,7 +822,8 @@ impl Store for RedisStore {
         };
         let pattern = scan_pattern_within(&self.inner.prefix, filter.scope_prefix.as_deref());
         let mut names: Vec<String> = Vec::new();
-        // SCAN may answer a page without matches; go on until there is something to return
+        let mut count = first_scan_count(limit);
+        // SCAN may answer a step without matches; go on until there is something to return
         // or the iteration is over.
         loop {
             let (next, found): (u64, Vec<String>) = self.sync_call(
@@ -809,7 +836,7 @@ impl Store for RedisStore {
                         .arg("MATCH")
                         .arg(&pattern)
                         .arg("COUNT")
-                        .arg(limit.max(10))
+                        .arg(count)
                         .query(conn)
                 },
             )?;
@@ -818,6 +845,7 @@ impl Store for RedisStore {
             if cursor == 0 || names.len() >= limit {
                 break;
             }
+            count = next_scan_count(count);
         }
         let keys: Vec<(Key, String)> = names
             .into_iter()
@@ -991,6 +1019,23 @@ impl AsyncStore for RedisStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_short_page_reads_twice_the_keys_per_step_up_to_the_bound() {
+        let mut count = first_scan_count(1);
+        let mut steps = vec![count];
+        while count < SCAN_COUNT_MAX {
+            count = next_scan_count(count);
+            steps.push(count);
+        }
+        assert_eq!(steps, [10, 20, 40, 80, 160, 320, 640, 1024]);
+        assert_eq!(next_scan_count(SCAN_COUNT_MAX), SCAN_COUNT_MAX);
+        assert_eq!(first_scan_count(500), 500);
+        // A page of more records than a step reads, up to the whole store, steps at the bound
+        // (a COUNT beyond what Redis parses would fail the scan).
+        assert_eq!(first_scan_count(usize::MAX), SCAN_COUNT_MAX);
+        assert_eq!(next_scan_count(usize::MAX), SCAN_COUNT_MAX);
+    }
 
     #[test]
     fn record_keys_are_injective_and_parse_back() {

@@ -18,10 +18,10 @@ use crate::holder::Holder;
 use crate::key::Key;
 use crate::record::{Claim, ClaimRequest, ClaimResponse, RecordView, Status};
 use crate::runtime::{Call, Reconciled};
-use crate::store::Store;
+use crate::store::{ScanFilter, Store};
 
 pub(super) fn run_all<F: Factory>(factory: &F, settings: &Settings, report: &mut Report) {
-    let checks: [(&'static str, Check<F>); 23] = [
+    let checks: [(&'static str, Check<F>); 24] = [
         ("replay", replay),
         ("thread_storm", thread_storm),
         ("thread_storm_wait", thread_storm_wait),
@@ -36,6 +36,7 @@ pub(super) fn run_all<F: Factory>(factory: &F, settings: &Settings, report: &mut
         ("corrupt_record", corrupt_record),
         ("unencodable_result", unencodable_result),
         ("expiry", expiry),
+        ("scan_pages", scan_pages),
         ("once_unknown", once_unknown),
         ("async_calls", async_calls),
         ("hung_neighbour", super::faults::hung_neighbour),
@@ -956,6 +957,86 @@ fn expiry<F: Factory>(factory: &F, _: &Settings) -> Result<Tally, Error> {
     let purged = store.purge_expired(1000)?;
     t.notes.push(format!("purged {purged}"));
     t.bodies = bodies.load(Ordering::SeqCst);
+    Ok(t)
+}
+
+/// Scans page through every record (twice is allowed, as Redis' `SCAN` may; skipping is not),
+/// with any page size: one record a page, a few, and `usize::MAX` (every record in one page,
+/// "as many as there are"), and a filter by state finds the open claim among the completed.
+fn scan_pages<F: Factory>(factory: &F, _: &Settings) -> Result<Tally, Error> {
+    let mut t = Tally::default();
+    let (store, _) = factory.fresh()?;
+    let scope = scope();
+    let mut completed = std::collections::BTreeSet::new();
+    for i in 0..25u32 {
+        t.calls += 1;
+        Call::new(scope.clone(), &i).run(&store, || Ok::<_, Error>(i))?;
+        completed.insert(Key::new(scope.clone(), &i));
+    }
+    let open = Key::new(scope.clone(), "open");
+    t.calls += 1;
+    let claim = claimed(
+        claim_raw(
+            &store,
+            &open,
+            &Holder::current(),
+            Duration::from_secs(30),
+            None,
+        )?,
+        &mut t,
+        "the open claim",
+    );
+    let mut every = completed.clone();
+    every.insert(open.clone());
+    let filter = ScanFilter::new();
+    let in_progress = ScanFilter::new().status(Status::InProgress);
+    for (filter, limit, want) in [
+        (&filter, 1, &every),
+        (&filter, 7, &every),
+        (&filter, usize::MAX, &every),
+        (
+            &in_progress,
+            7,
+            &std::collections::BTreeSet::from([open.clone()]),
+        ),
+    ] {
+        let mut seen = std::collections::BTreeSet::new();
+        let mut cursor: Option<String> = None;
+        let mut pages = 0;
+        loop {
+            let page = store.scan_filtered(filter, cursor.as_deref(), limit)?;
+            pages += 1;
+            seen.extend(page.records.into_iter().map(|r| r.key));
+            match page.next {
+                Some(next) => cursor = Some(next),
+                None => break,
+            }
+            if pages > 10_000 {
+                t.violations
+                    .push(format!("a scan of pages of {limit} does not end"));
+                break;
+            }
+        }
+        t.expect(
+            &seen == want,
+            format!(
+                "pages of {limit} ({:?}) found {} of the {} records selected, and {} others",
+                filter.statuses,
+                seen.intersection(want).count(),
+                want.len(),
+                seen.difference(want).count()
+            ),
+        );
+        if limit == usize::MAX {
+            t.expect(
+                pages == 1,
+                format!("a scan of pages of usize::MAX took {pages} pages"),
+            );
+        }
+    }
+    if let Some(claim) = claim {
+        store.release(&claim)?;
+    }
     Ok(t)
 }
 
