@@ -796,10 +796,15 @@ fn the_global_store_url_selects_redis_with_its_prefix() {
             .value,
         3
     );
+    // The record, and perhaps the marker of the upgrade sweep this store started.
+    let marker = format!("{name}:rerun-layout");
     let keys: Vec<String> = redis::cmd("KEYS")
         .arg(format!("{name}:*"))
-        .query(&mut raw(&url))
-        .unwrap();
+        .query::<Vec<String>>(&mut raw(&url))
+        .unwrap()
+        .into_iter()
+        .filter(|k| *k != marker)
+        .collect();
     assert_eq!(keys.len(), 1, "{keys:?}");
     assert!(
         keys[0].starts_with(&format!("{name}:{{s:")) && keys[0].ends_with('}'),
@@ -1092,6 +1097,20 @@ fn records_of_rerun_0_1_are_upgraded_in_place() {
     cleanup(&url, &name);
 }
 
+/// Writes at `name` a released record as rerun 0.1 kept it: a hash.
+fn plant_released_0_1(conn: &mut redis::Connection, name: &str) {
+    let _: () = redis::cmd("HSET")
+        .arg(name)
+        .arg("v")
+        .arg(1)
+        .arg("st")
+        .arg("released")
+        .arg("fe")
+        .arg(5)
+        .query(conn)
+        .unwrap();
+}
+
 /// A new store sweeps its prefix for records of rerun 0.1 in the background, on a connection of
 /// its own, so they are upgraded without a call of every key; with the sweep turned off they are
 /// left for the first call that meets them.
@@ -1105,16 +1124,7 @@ fn a_new_store_sweeps_records_of_rerun_0_1() {
         .map(|i| planted.record_key(&Key::new("s", &format!("k{i}"))))
         .collect();
     for k in &keys {
-        let _: () = redis::cmd("HSET")
-            .arg(k)
-            .arg("v")
-            .arg(1)
-            .arg("st")
-            .arg("released")
-            .arg("fe")
-            .arg(5)
-            .query(&mut conn)
-            .unwrap();
+        plant_released_0_1(&mut conn, k);
     }
     let kinds = |conn: &mut redis::Connection| -> Vec<String> {
         keys.iter()
@@ -1140,6 +1150,77 @@ fn a_new_store_sweeps_records_of_rerun_0_1() {
     }
     assert_eq!(kinds(&mut conn), vec!["string"; 3]);
     cleanup(&url, &name);
+}
+
+/// The upgrade sweep reads every key of the database, so it runs once per prefix: a sweep that
+/// ends writes `PREFIX` `rerun-layout`, and a store that finds it at this layout sweeps nothing,
+/// leaving a record of rerun 0.1 planted after it to the first call that meets it. A marker of
+/// an older layout, or one that is no layout, is swept again.
+#[test]
+fn the_upgrade_sweep_runs_once_per_prefix() {
+    let Some(server) = redis_util::PrivateRedis::start() else {
+        return;
+    };
+    let url = server.url.clone();
+    let prefix = "once:";
+    let marker = format!("{prefix}rerun-layout");
+    let mut conn = raw(&url);
+    let names = store(&url, "once");
+    let plant = |conn: &mut redis::Connection, id: &str| -> String {
+        let k = names.record_key(&Key::new("s", id));
+        plant_released_0_1(conn, &k);
+        k
+    };
+    let kind = |conn: &mut redis::Connection, k: &str| -> String {
+        redis::cmd("TYPE").arg(k).query(conn).unwrap()
+    };
+    let sweeping = || RedisStore::connect_with(&url, RedisOptions::new().prefix(prefix)).unwrap();
+    let wait_for = |what: &str, done: &mut dyn FnMut() -> bool| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while !done() {
+            assert!(std::time::Instant::now() < deadline, "{what}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    let marker_of = |conn: &mut redis::Connection| -> Option<String> {
+        redis::cmd("GET").arg(&marker).query(conn).unwrap()
+    };
+
+    // The first store sweeps and marks.
+    let first = plant(&mut conn, "a");
+    let _a = sweeping();
+    wait_for("the first sweep", &mut || {
+        marker_of(&mut raw(&url)).as_deref() == Some("2")
+    });
+    assert_eq!(kind(&mut conn, &first), "string");
+
+    // The next store reads the marker and sweeps nothing.
+    let second = plant(&mut conn, "b");
+    let _: () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query(&mut conn)
+        .unwrap();
+    let _b = sweeping();
+    wait_for("the marker read", &mut || server.calls("get") >= 1);
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(server.calls("scan"), 0);
+    assert_eq!(kind(&mut conn, &second), "hash");
+
+    // A marker of another layout, or of none, is swept again and rewritten.
+    for stale in ["1", "swept"] {
+        let _: () = redis::cmd("SET")
+            .arg(&marker)
+            .arg(stale)
+            .query(&mut conn)
+            .unwrap();
+        let planted = plant(&mut conn, stale);
+        let _c = sweeping();
+        wait_for("a sweep past a stale marker", &mut || {
+            marker_of(&mut raw(&url)).as_deref() == Some("2")
+        });
+        assert_eq!(kind(&mut conn, &planted), "string", "{stale}");
+        assert_eq!(kind(&mut conn, &second), "string", "{stale}");
+    }
 }
 
 /// A zero connect timeout is the shortest that can connect, not one that fails every

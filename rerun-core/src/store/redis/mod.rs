@@ -23,7 +23,8 @@
 //! kept a hash, upgraded in place), at `PREFIX{SCOPE:ID}` (`rerun:{billing.charge:ord_1}` by
 //! default). The braces are a Redis Cluster hash tag: everything rerun keeps for one record
 //! lands on one slot. `{`, `}`, `%` (and `:` in the scope) are percent-escaped, so two keys
-//! never share a name.
+//! never share a name. The one other key under the prefix, `PREFIX` `rerun-layout`, says the
+//! upgrade sweep has been through it (see [`RedisOptions::upgrade_sweep`]).
 //!
 //! # Clock, fences and expiry
 //!
@@ -174,9 +175,12 @@ impl RedisOptions {
     }
     /// Whether a new store sweeps its prefix once, in the background, for records written by
     /// rerun 0.1 and upgrades them (default `true`). The sweep is a `SCAN` of the database on a
-    /// connection of its own. Turn it off when many processes start at once against a large
-    /// database: records of 0.1 are still upgraded by the first call that meets them, so
-    /// correctness never depends on the sweep.
+    /// connection of its own, made once per prefix: one that ends its pass writes the key
+    /// `PREFIX` `rerun-layout`, and a store that finds it there reads that one key instead.
+    /// Turn it off when many processes start at once against a large database that was never
+    /// swept, or when the store's user may write only record keys: records of 0.1 are still
+    /// upgraded by the first call (or scan) that meets them, so correctness never depends on the
+    /// sweep.
     pub fn upgrade_sweep(mut self, on: bool) -> Self {
         self.upgrade_sweep = on;
         self

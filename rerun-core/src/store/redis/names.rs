@@ -94,6 +94,12 @@ pub(super) fn record_key(prefix: &str, key: &Key) -> String {
     out
 }
 
+/// The key that says the records under `prefix` were swept to a layout (see `upgrade`). It has
+/// no brace, so no record is named so and no scan of records matches it.
+pub(super) fn layout_marker(prefix: &str) -> String {
+    format!("{prefix}rerun-layout")
+}
+
 pub(super) fn parse_record_key(prefix: &str, name: &str) -> Option<Key> {
     let tag = name
         .strip_prefix(prefix)?

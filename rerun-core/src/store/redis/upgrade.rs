@@ -2,11 +2,18 @@
 //! script that meets one (so correctness never waits for this), and by a sweep that a new store
 //! starts in the background after it connected, so that a database written by 0.1 is migrated
 //! without a call of every key.
+//!
+//! A sweep reads every key of the database, so it runs once per prefix, not once per process:
+//! a sweep that ends its pass writes the marker `PREFIX` `rerun-layout` (the layout it swept
+//! to), and a store that finds the marker at the layout it writes, or a newer one, sweeps
+//! nothing. A record of 0.1 written after the marker (a 0.1 process still running in a rolling
+//! upgrade, a rollback) is upgraded by the first call that meets it, or by a scan, which reads
+//! through the inspect script.
 
 use redis::Value;
 
-use super::names::scan_pattern_within;
-use super::RedisStore;
+use super::names::{layout_marker, scan_pattern_within};
+use super::{RedisStore, SCHEMA_VERSION};
 use crate::store::Store as _;
 
 /// Keys a `SCAN` step looks at.
@@ -28,16 +35,37 @@ impl RedisStore {
         }
     }
 
-    /// Upgrades every layout-1 record under the prefix; returns how many.
+    /// Upgrades every layout-1 record under the prefix, unless a sweep of this layout or a
+    /// newer one already ended there; returns how many it upgraded.
     ///
     /// The sweep runs on a connection of its own, closed when it ends: it never puts a
     /// connection into the pool the calls share, so what the calls' connections go through (a
     /// kill, a cut) is not hidden behind a connection the sweep opened later.
     fn upgrade_sweep(&self) -> Result<u64, crate::Error> {
-        let pattern = scan_pattern_within(&self.inner.prefix, None);
+        let marker = layout_marker(&self.inner.prefix);
         let limit = self.inner.response_timeout;
         let mut own = self.open_sync(None, limit)?;
         let conn = own.connection();
+        let failed = |what: &str, e: redis::RedisError| self.driver_err(None, what, e);
+        let swept: Option<Vec<u8>> = redis::cmd("GET")
+            .arg(&marker)
+            .query(conn)
+            .map_err(|e| failed("reading the layout marker", e))?;
+        if swept.is_some_and(|v| marks_done(&v)) {
+            return Ok(0);
+        }
+        let upgraded = self.sweep_pass(conn)?;
+        let () = redis::cmd("SET")
+            .arg(&marker)
+            .arg(SCHEMA_VERSION)
+            .query(conn)
+            .map_err(|e| failed("writing the layout marker", e))?;
+        Ok(upgraded)
+    }
+
+    /// One full `SCAN` pass over the prefix, upgrading every hash it finds.
+    fn sweep_pass(&self, conn: &mut redis::Connection) -> Result<u64, crate::Error> {
+        let pattern = scan_pattern_within(&self.inner.prefix, None);
         let failed = |what: &str, e: redis::RedisError| self.driver_err(None, what, e);
         let mut cursor = 0u64;
         let mut upgraded = 0;
@@ -64,6 +92,47 @@ impl RedisStore {
             if cursor == 0 {
                 return Ok(upgraded);
             }
+        }
+    }
+}
+
+/// Whether a marker's value says a sweep to this layout (or a newer one) ended: anything else
+/// (not a number, an older layout, a key someone else wrote) means sweep.
+fn marks_done(value: &[u8]) -> bool {
+    std::str::from_utf8(value)
+        .ok()
+        .and_then(|v| v.parse::<u32>().ok())
+        .is_some_and(|layout| layout >= SCHEMA_VERSION)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::marks_done;
+    use crate::store::redis::names::{layout_marker, parse_record_key};
+
+    #[test]
+    fn a_marker_of_this_layout_or_newer_ends_the_sweep() {
+        assert!(marks_done(b"2"));
+        assert!(marks_done(b"3"));
+        for other in [
+            &b"1"[..],
+            b"",
+            b"two",
+            b"-2",
+            b"2.0",
+            b"\xff",
+            b"99999999999",
+        ] {
+            assert!(!marks_done(other), "{other:?}");
+        }
+    }
+
+    #[test]
+    fn the_marker_is_no_record() {
+        for prefix in ["rerun:", "", "a*b?:"] {
+            let marker = layout_marker(prefix);
+            assert!(!marker.contains(['{', '}']), "{marker}");
+            assert_eq!(parse_record_key(prefix, &marker), None);
         }
     }
 }
