@@ -79,17 +79,25 @@ pub fn wait_for_clients(raw: &mut redis::Connection, name: &str, n: usize) {
 /// Deletes every key under `prefix` (tests leave no in-progress records behind). `SCAN`, not
 /// `KEYS`: the server may be serving other tests meanwhile.
 pub fn cleanup(url: &str, prefix: &str) {
-    use redis::Commands;
     let mut conn = raw(url);
-    let keys: Vec<Vec<u8>> = match conn.scan_match::<_, Vec<u8>>(format!("{prefix}*")) {
-        Ok(keys) => match keys.collect() {
-            Ok(keys) => keys,
-            Err(_) => return,
-        },
-        Err(_) => return,
-    };
-    for batch in keys.chunks(500) {
-        let _: redis::RedisResult<()> = redis::cmd("DEL").arg(batch).query(&mut conn);
+    let mut cursor = 0u64;
+    loop {
+        // Steps of 1,000 keys: the database may hold many other tests' keys.
+        let step: redis::RedisResult<(u64, Vec<Vec<u8>>)> = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(format!("{prefix}*"))
+            .arg("COUNT")
+            .arg(1000)
+            .query(&mut conn);
+        let Ok((next, keys)) = step else { return };
+        if !keys.is_empty() {
+            let _: redis::RedisResult<()> = redis::cmd("DEL").arg(keys).query(&mut conn);
+        }
+        if next == 0 {
+            return;
+        }
+        cursor = next;
     }
 }
 

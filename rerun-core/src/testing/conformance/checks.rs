@@ -1,7 +1,7 @@
 //! The checks that run in one process: contract section 6 and reliability tests 1-3, 7, 8,
 //! 11 (in process), 12-15, 17 and 18.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Barrier, Mutex};
@@ -967,11 +967,11 @@ fn scan_pages<F: Factory>(factory: &F, _: &Settings) -> Result<Tally, Error> {
     let mut t = Tally::default();
     let (store, _) = factory.fresh()?;
     let scope = scope();
-    let mut completed = std::collections::BTreeSet::new();
+    let mut every = BTreeSet::new();
     for i in 0..25u32 {
         t.calls += 1;
         Call::new(scope.clone(), &i).run(&store, || Ok::<_, Error>(i))?;
-        completed.insert(Key::new(scope.clone(), &i));
+        every.insert(Key::new(scope.clone(), &i));
     }
     let open = Key::new(scope.clone(), "open");
     t.calls += 1;
@@ -986,7 +986,6 @@ fn scan_pages<F: Factory>(factory: &F, _: &Settings) -> Result<Tally, Error> {
         &mut t,
         "the open claim",
     );
-    let mut every = completed.clone();
     every.insert(open.clone());
     let filter = ScanFilter::new();
     let in_progress = ScanFilter::new().status(Status::InProgress);
@@ -994,13 +993,9 @@ fn scan_pages<F: Factory>(factory: &F, _: &Settings) -> Result<Tally, Error> {
         (&filter, 1, &every),
         (&filter, 7, &every),
         (&filter, usize::MAX, &every),
-        (
-            &in_progress,
-            7,
-            &std::collections::BTreeSet::from([open.clone()]),
-        ),
+        (&in_progress, 7, &BTreeSet::from([open.clone()])),
     ] {
-        let mut seen = std::collections::BTreeSet::new();
+        let mut seen = BTreeSet::new();
         let mut cursor: Option<String> = None;
         let mut pages = 0;
         loop {
