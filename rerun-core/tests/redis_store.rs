@@ -1233,6 +1233,38 @@ fn the_upgrade_sweep_runs_once_per_prefix() {
     }
 }
 
+/// A Redis user allowed only record keys cannot read or write the sweep's marker: the sweep
+/// still upgrades, as it did before there were markers.
+#[test]
+fn a_user_allowed_only_record_keys_still_gets_the_sweep() {
+    let Some(server) = redis_util::PrivateRedis::start() else {
+        return;
+    };
+    let mut conn = raw(&server.url);
+    let _: () = redis::cmd("ACL")
+        .arg(&["SETUSER", "records", "on", ">secret", "+@all", "~acl:{*"])
+        .query(&mut conn)
+        .unwrap();
+    let planted = store(&server.url, "acl").record_key(&Key::new("s", "k"));
+    plant_released_0_1(&mut conn, &planted);
+    let url = server.url.replace("redis://", "redis://records:secret@");
+    let _sweeping = RedisStore::connect_with(&url, RedisOptions::new().prefix("acl:")).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let kind: String = redis::cmd("TYPE").arg(&planted).query(&mut conn).unwrap();
+        if kind == "string" {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "not upgraded: {kind}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let marked: bool = redis::cmd("EXISTS")
+        .arg("acl:rerun-layout")
+        .query(&mut conn)
+        .unwrap();
+    assert!(!marked);
+}
+
 /// A zero connect timeout is the shortest that can connect, not one that fails every
 /// connection; `Duration::MAX` is no limit.
 #[test]
