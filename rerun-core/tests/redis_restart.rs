@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use rerun_core::{Call, Error, Key, Status, Store};
 
-use redis_util::{store, unique, url};
+use redis_util::{cleanup, store, unique, url};
 
 fn restart_server(url: &str) {
     let _ = Command::new("redis-cli")
@@ -92,6 +92,7 @@ fn server_restarted_between_claim_and_completion() {
         "second"
     );
     assert_eq!(bodies.load(Ordering::SeqCst), 2);
+    cleanup(&url, &name);
     println!(
         "restarted the Redis server between claim and completion: typed error, then a clean rerun"
     );
