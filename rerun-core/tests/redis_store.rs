@@ -13,7 +13,7 @@ use rerun_core::{
     codec, AsyncStore, Call, CorruptKind, Error, Fingerprint, Holder, Key, Status, Store,
 };
 
-use redis_util::{cleanup, raw, store, unique, url};
+use redis_util::{cleanup, eventually, raw, store, unique, url};
 
 fn remote() -> Holder {
     let mut h = Holder::current();
@@ -811,15 +811,12 @@ fn the_global_store_url_selects_redis_with_its_prefix() {
         "{keys:?}"
     );
     // The store's sweep marks its prefix (and is done with it before the keys are deleted).
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while !redis::cmd("EXISTS")
-        .arg(&marker)
-        .query::<bool>(&mut raw(&url))
-        .unwrap()
-    {
-        assert!(std::time::Instant::now() < deadline, "no {marker}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    eventually(&format!("no {marker}"), || {
+        redis::cmd("EXISTS")
+            .arg(&marker)
+            .query::<bool>(&mut raw(&url))
+            .unwrap()
+    });
     cleanup(&url, &name);
 }
 
@@ -1185,13 +1182,6 @@ fn the_upgrade_sweep_runs_once_per_prefix() {
         redis::cmd("TYPE").arg(k).query(conn).unwrap()
     };
     let sweeping = || RedisStore::connect_with(&url, RedisOptions::new().prefix(prefix)).unwrap();
-    let wait_for = |what: &str, done: &mut dyn FnMut() -> bool| {
-        let deadline = std::time::Instant::now() + Duration::from_secs(20);
-        while !done() {
-            assert!(std::time::Instant::now() < deadline, "{what}");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    };
     let marker_of = |conn: &mut redis::Connection| -> Option<String> {
         redis::cmd("GET").arg(&marker).query(conn).unwrap()
     };
@@ -1199,7 +1189,7 @@ fn the_upgrade_sweep_runs_once_per_prefix() {
     // The first store sweeps and marks.
     let first = plant(&mut conn, "a");
     let _a = sweeping();
-    wait_for("the first sweep", &mut || {
+    eventually("the first sweep", || {
         marker_of(&mut raw(&url)).as_deref() == Some("2")
     });
     assert_eq!(kind(&mut conn, &first), "string");
@@ -1211,7 +1201,7 @@ fn the_upgrade_sweep_runs_once_per_prefix() {
         .query(&mut conn)
         .unwrap();
     let _b = sweeping();
-    wait_for("the marker read", &mut || server.calls("get") >= 1);
+    eventually("the marker read", || server.calls("get") >= 1);
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(server.calls("scan"), 0);
     assert_eq!(kind(&mut conn, &second), "hash");
@@ -1225,7 +1215,7 @@ fn the_upgrade_sweep_runs_once_per_prefix() {
             .unwrap();
         let planted = plant(&mut conn, stale);
         let _c = sweeping();
-        wait_for("a sweep past a stale marker", &mut || {
+        eventually("a sweep past a stale marker", || {
             marker_of(&mut raw(&url)).as_deref() == Some("2")
         });
         assert_eq!(kind(&mut conn, &planted), "string", "{stale}");
@@ -1249,15 +1239,13 @@ fn a_user_allowed_only_record_keys_still_gets_the_sweep() {
     plant_released_0_1(&mut conn, &planted);
     let url = server.url.replace("redis://", "redis://records:secret@");
     let _sweeping = RedisStore::connect_with(&url, RedisOptions::new().prefix("acl:")).unwrap();
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    loop {
-        let kind: String = redis::cmd("TYPE").arg(&planted).query(&mut conn).unwrap();
-        if kind == "string" {
-            break;
-        }
-        assert!(std::time::Instant::now() < deadline, "not upgraded: {kind}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    eventually("not upgraded", || {
+        redis::cmd("TYPE")
+            .arg(&planted)
+            .query::<String>(&mut conn)
+            .unwrap()
+            == "string"
+    });
     let marked: bool = redis::cmd("EXISTS")
         .arg("acl:rerun-layout")
         .query(&mut conn)

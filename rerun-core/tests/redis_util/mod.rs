@@ -76,6 +76,15 @@ pub fn wait_for_clients(raw: &mut redis::Connection, name: &str, n: usize) {
     }
 }
 
+/// Waits up to 20 s for `done`, asking every 20 ms; fails the test naming `what` if it never is.
+pub fn eventually(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !done() {
+        assert!(Instant::now() < deadline, "{what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// Deletes every key under `prefix` (tests leave no in-progress records behind). `SCAN`, not
 /// `KEYS`: the server may be serving other tests meanwhile.
 pub fn cleanup(url: &str, prefix: &str) {
