@@ -139,3 +139,56 @@ fn orders_amqp() {
         "RERUN_EXAMPLE_AMQP_URL",
     );
 }
+
+/// An `amqps://` URL takes the example into TLS: against the test broker, which speaks plain
+/// AMQP, it fails with the client's error, and neither panics nor hangs. (With lapin's default
+/// TLS, aws-lc, beside async-nats' ring, rustls refused to choose between two crypto libraries:
+/// a panic in the client's I/O thread, and the connection waited for ever.)
+#[test]
+fn orders_amqp_over_tls_fails_with_an_error() {
+    let Ok(broker) = std::env::var("RERUN_TEST_AMQP_URL") else {
+        assert!(
+            std::env::var("RERUN_REQUIRE_SERVICES").as_deref() != Ok("1"),
+            "RERUN_REQUIRE_SERVICES=1 but RERUN_TEST_AMQP_URL is unset"
+        );
+        eprintln!("note: set RERUN_TEST_AMQP_URL to run the amqps:// check; skipped");
+        return;
+    };
+    let Some(rest) = broker.strip_prefix("amqp://") else {
+        panic!("RERUN_TEST_AMQP_URL is not an amqp:// URL: {broker}");
+    };
+    let url = format!("amqps://{rest}");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_orders_amqp"))
+        .env("RERUN_EXAMPLE_AMQP_URL", &url)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("the example starts");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while child
+        .try_wait()
+        .expect("the example can be waited for")
+        .is_none()
+    {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let out = child.wait_with_output().expect("the example is reaped");
+            panic!(
+                "orders_amqp still connecting to {url} after 60 s:\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let out = child.wait_with_output().expect("the example is reaped");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "orders_amqp connected over TLS to a plain broker?\n{stderr}"
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(
+        stderr.contains(&format!("RabbitMQ: connecting to {url}")),
+        "{stderr}"
+    );
+}
