@@ -86,19 +86,33 @@ fn http() {
     );
 }
 
+/// The values of the services' URL variables `vars`, all set, for `what`; when one is unset,
+/// a notice and `None` (the caller skips), or a failure under `RERUN_REQUIRE_SERVICES=1`.
+fn service_urls<const N: usize>(vars: [&str; N], what: &str) -> Option<[String; N]> {
+    let urls = vars.map(|var| std::env::var(var).ok());
+    if urls.iter().all(Option::is_some) {
+        return Some(urls.map(Option::unwrap_or_default));
+    }
+    let unset: Vec<&str> = vars
+        .iter()
+        .zip(&urls)
+        .filter(|(_, url)| url.is_none())
+        .map(|(var, _)| *var)
+        .collect();
+    assert!(
+        std::env::var("RERUN_REQUIRE_SERVICES").as_deref() != Ok("1"),
+        "RERUN_REQUIRE_SERVICES=1 but {} unset (needed by {what})",
+        unset.join(" and ")
+    );
+    eprintln!("note: set {} to run {what}; skipped", vars.join(" and "));
+    None
+}
+
 /// The order-events examples need PostgreSQL and their broker: they run when the tests' URLs
 /// are set (and are handed to the example), and skip with a notice otherwise, unless
 /// `RERUN_REQUIRE_SERVICES=1`.
 fn orders(bin: &str, broker_var: &str, example_var: &str) {
-    let (Ok(pg), Ok(broker)) = (
-        std::env::var("RERUN_TEST_POSTGRES_URL"),
-        std::env::var(broker_var),
-    ) else {
-        assert!(
-            std::env::var("RERUN_REQUIRE_SERVICES").as_deref() != Ok("1"),
-            "RERUN_REQUIRE_SERVICES=1 but RERUN_TEST_POSTGRES_URL or {broker_var} is unset"
-        );
-        eprintln!("note: set RERUN_TEST_POSTGRES_URL and {broker_var} to run {bin}; skipped");
+    let Some([pg, broker]) = service_urls(["RERUN_TEST_POSTGRES_URL", broker_var], bin) else {
         return;
     };
     let run_with = || {
@@ -146,12 +160,7 @@ fn orders_amqp() {
 /// a panic in the client's I/O thread, and the connection waited for ever.)
 #[test]
 fn orders_amqp_over_tls_fails_with_an_error() {
-    let Ok(broker) = std::env::var("RERUN_TEST_AMQP_URL") else {
-        assert!(
-            std::env::var("RERUN_REQUIRE_SERVICES").as_deref() != Ok("1"),
-            "RERUN_REQUIRE_SERVICES=1 but RERUN_TEST_AMQP_URL is unset"
-        );
-        eprintln!("note: set RERUN_TEST_AMQP_URL to run the amqps:// check; skipped");
+    let Some([broker]) = service_urls(["RERUN_TEST_AMQP_URL"], "the amqps:// check") else {
         return;
     };
     let Some(rest) = broker.strip_prefix("amqp://") else {

@@ -13,7 +13,7 @@ use rerun_core::{
     codec, AsyncStore, Call, CorruptKind, Error, Fingerprint, Holder, Key, Status, Store,
 };
 
-use redis_util::{cleanup, eventually, raw, store, unique, url};
+use redis_util::{cleanup, eventually, eventually_eq, raw, store, unique, url};
 
 fn remote() -> Holder {
     let mut h = Holder::current();
@@ -1239,13 +1239,16 @@ fn a_user_allowed_only_record_keys_still_gets_the_sweep() {
     plant_released_0_1(&mut conn, &planted);
     let url = server.url.replace("redis://", "redis://records:secret@");
     let _sweeping = RedisStore::connect_with(&url, RedisOptions::new().prefix("acl:")).unwrap();
-    eventually("not upgraded", || {
-        redis::cmd("TYPE")
-            .arg(&planted)
-            .query::<String>(&mut conn)
-            .unwrap()
-            == "string"
-    });
+    eventually_eq(
+        "the record's type (upgraded: string)",
+        "string".to_owned(),
+        || {
+            redis::cmd("TYPE")
+                .arg(&planted)
+                .query::<String>(&mut conn)
+                .unwrap()
+        },
+    );
     let marked: bool = redis::cmd("EXISTS")
         .arg("acl:rerun-layout")
         .query(&mut conn)

@@ -77,10 +77,27 @@ pub fn wait_for_clients(raw: &mut redis::Connection, name: &str, n: usize) {
 }
 
 /// Waits up to 20 s for `done`, asking every 20 ms; fails the test naming `what` if it never is.
-pub fn eventually(what: &str, mut done: impl FnMut() -> bool) {
+pub fn eventually(what: &str, done: impl FnMut() -> bool) {
+    eventually_eq(what, true, done);
+}
+
+/// Waits up to 20 s until `probe` sees `want`, asking every 20 ms; fails the test naming `what`
+/// and what it saw last if it never does.
+pub fn eventually_eq<T: PartialEq + std::fmt::Debug>(
+    what: &str,
+    want: T,
+    mut probe: impl FnMut() -> T,
+) {
     let deadline = Instant::now() + Duration::from_secs(20);
-    while !done() {
-        assert!(Instant::now() < deadline, "{what}");
+    loop {
+        let seen = probe();
+        if seen == want {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what}: still {seen:?}, not {want:?}"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
 }
