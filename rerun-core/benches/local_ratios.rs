@@ -7,22 +7,25 @@
 //! rerun's own table and index (`RecordSqlite`: the same writes, without the reads that make
 //! rerun's claim atomic and its fence monotonic). Sequential and with 16 concurrent callers.
 //!
-//! Each cell runs its sides in alternating rounds (`RERUN_BENCH_ROUNDS`, default 5, of
-//! `RERUN_BENCH_MS` each, default 600) and prints each side's median round, so that a stretch of
-//! noise on a shared machine lands on both sides rather than on whichever ran then.
+//! Each cell runs its sides in interleaved rounds (`RERUN_BENCH_ROUNDS`, default 5, of
+//! `RERUN_BENCH_MS` each, default 600) and prints each side's median round and the median of the
+//! per-round ratios, the rule of every ratio program here (`rounds`), so that a stretch of noise
+//! on a shared machine lands on every side rather than on whichever ran then.
 //!
 //! `cargo bench -p rerun-core --bench local_ratios`
 
 mod local;
+mod rounds;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use local::{rerun_call, Baseline, FloorSqlite, RawSqlite, RecordSqlite};
 use rerun_core::{MemoryStore, SqliteStore};
+use rounds::{interleave, Side, Window};
 
-/// Calls per second of `f` over `threads` threads for about `window`.
-fn rate(threads: usize, window: Duration, f: &(dyn Fn(usize, u64) + Sync)) -> f64 {
+/// Calls of `f` over `threads` threads for about `window`.
+fn rate(threads: usize, window: Duration, f: &(dyn Fn(usize, u64) + Sync)) -> Window {
     let calls = AtomicU64::new(0);
     let start = Instant::now();
     std::thread::scope(|s| {
@@ -40,37 +43,30 @@ fn rate(threads: usize, window: Duration, f: &(dyn Fn(usize, u64) + Sync)) -> f6
             });
         }
     });
-    calls.load(Ordering::Relaxed) as f64 / start.elapsed().as_secs_f64()
-}
-
-/// Runs the sides of one cell in `rounds` alternating rounds; each side's median rate.
-fn cell<const N: usize>(rounds: usize, sides: [&dyn Fn() -> f64; N]) -> [f64; N] {
-    let mut rates = [(); N].map(|()| Vec::with_capacity(rounds));
-    for _ in 0..rounds.max(1) {
-        for (side, rates) in sides.iter().zip(rates.iter_mut()) {
-            rates.push(side());
-        }
+    Window {
+        calls: calls.load(Ordering::Relaxed),
+        took: start.elapsed(),
     }
-    rates.map(|mut r| {
-        r.sort_by(f64::total_cmp);
-        r[r.len() / 2]
-    })
 }
 
 /// The floors a row can show, in the order of the header's columns.
 const FLOORS: usize = 3;
 
 /// One row: rerun against the same work, then against each of `floors` (the rest left empty).
-fn row(name: &str, ours: f64, theirs: f64, floors: &[f64]) {
+fn row(name: &str, ours: &Side, theirs: &Side, floors: &[&Side]) {
     let mut line = format!(
         "| {name:<34} | {:>12.0} | {:>12.0} | {:>6.2}x | {:>8.2} us |",
-        ours,
-        theirs,
-        ours / theirs,
-        1e6 / ours
+        ours.rate(),
+        theirs.rate(),
+        ours.vs(theirs),
+        ours.us_per_call(1)
     );
     for floor in floors {
-        line.push_str(&format!(" {floor:>12.0} | {:>6.2}x |", ours / floor));
+        line.push_str(&format!(
+            " {:>12.0} | {:>6.2}x |",
+            floor.rate(),
+            ours.vs(floor)
+        ));
     }
     for _ in floors.len()..FLOORS {
         line.push_str(" | |");
@@ -85,10 +81,7 @@ fn main() {
             .and_then(|s| s.parse().ok())
             .unwrap_or(600),
     );
-    let rounds: usize = std::env::var("RERUN_BENCH_ROUNDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(5);
+    let rounds = rounds::rounds(5);
     if std::env::args().any(|a| a == "--list") {
         return;
     }
@@ -107,38 +100,38 @@ fn main() {
     // A fresh cell on a new store and a new baseline, each side's ids new in every round.
     let fresh_cell = |callers: usize| {
         let (store, base) = (MemoryStore::new(), Baseline::default());
-        let rates = cell(
+        let rates = interleave(
             rounds,
             [
-                &|| fresh(callers, &|_, k| drop(rerun_call(&store, k, false))),
-                &|| fresh(callers, &|_, k| drop(base.call(k))),
+                &mut || fresh(callers, &|_, k| drop(rerun_call(&store, k, false))),
+                &mut || fresh(callers, &|_, k| drop(base.call(k))),
             ],
         );
         (store, base, rates)
     };
 
     let (_, _, [ours, theirs]) = fresh_cell(1);
-    row("memory fresh, 1 caller", ours, theirs, &[]);
+    row("memory fresh, 1 caller", &ours, &theirs, &[]);
     let (store, base, [ours, theirs]) = fresh_cell(16);
-    row("memory fresh, 16 callers", ours, theirs, &[]);
+    row("memory fresh, 16 callers", &ours, &theirs, &[]);
     rerun_call(&store, 1, false);
     base.call(1);
-    let [ours, theirs] = cell(
+    let [ours, theirs] = interleave(
         rounds,
         [
-            &|| rate(1, window, &|_, _| drop(rerun_call(&store, 1, false))),
-            &|| rate(1, window, &|_, _| drop(base.call(1))),
+            &mut || rate(1, window, &|_, _| drop(rerun_call(&store, 1, false))),
+            &mut || rate(1, window, &|_, _| drop(base.call(1))),
         ],
     );
-    row("memory repeated, 1 caller", ours, theirs, &[]);
-    let [ours, theirs] = cell(
+    row("memory repeated, 1 caller", &ours, &theirs, &[]);
+    let [ours, theirs] = interleave(
         rounds,
         [
-            &|| rate(16, window, &|_, _| drop(rerun_call(&store, 1, false))),
-            &|| rate(16, window, &|_, _| drop(base.call(1))),
+            &mut || rate(16, window, &|_, _| drop(rerun_call(&store, 1, false))),
+            &mut || rate(16, window, &|_, _| drop(base.call(1))),
         ],
     );
-    row("memory repeated, 16 callers", ours, theirs, &[]);
+    row("memory repeated, 16 callers", &ours, &theirs, &[]);
 
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
     let store =
@@ -155,52 +148,52 @@ fn main() {
     let record_path = dir.path().join("floor_record.sqlite3");
     let records: Vec<RecordSqlite> = (0..16).map(|_| RecordSqlite::open(&record_path)).collect();
     for callers in [1, 16] {
-        let [ours, theirs, bare, bare_indexed, record] = cell(
+        let [ours, theirs, bare, bare_indexed, record] = interleave(
             rounds,
             [
-                &|| fresh(callers, &|_, k| drop(rerun_call(&store, k, false))),
-                &|| fresh(callers, &|t, k| drop(raws[t].call(k))),
-                &|| fresh(callers, &|t, k| drop(floors[t].call(k))),
-                &|| fresh(callers, &|t, k| drop(indexed[t].call(k))),
-                &|| fresh(callers, &|t, k| drop(records[t].call(k))),
+                &mut || fresh(callers, &|_, k| drop(rerun_call(&store, k, false))),
+                &mut || fresh(callers, &|t, k| drop(raws[t].call(k))),
+                &mut || fresh(callers, &|t, k| drop(floors[t].call(k))),
+                &mut || fresh(callers, &|t, k| drop(indexed[t].call(k))),
+                &mut || fresh(callers, &|t, k| drop(records[t].call(k))),
             ],
         );
         let name = format!(
             "sqlite fresh (NORMAL), {callers} caller{}",
             if callers == 1 { "" } else { "s" }
         );
-        row(&name, ours, theirs, &[bare, bare_indexed, record]);
+        row(&name, &ours, &theirs, &[&bare, &bare_indexed, &record]);
     }
-    let [ours] = cell(
+    let [ours] = interleave(
         rounds,
-        [&|| fresh(1, &|_, k| drop(rerun_call(&store, k, true)))],
+        [&mut || fresh(1, &|_, k| drop(rerun_call(&store, k, true)))],
     );
     // No baseline: the hand-written layers have no at-most-once mode.
     println!(
         "| {:<34} | {:>12.0} | {:>12} | {:>7} | {:>8.2} us |{}",
         "sqlite fresh once (FULL claim), 1",
-        ours,
+        ours.rate(),
         "-",
         "-",
-        1e6 / ours,
+        ours.us_per_call(1),
         " | |".repeat(FLOORS)
     );
     rerun_call(&store, 1, false);
     raws[0].call(1);
     floors[0].call(1);
     for callers in [1, 16] {
-        let [ours, theirs, bare] = cell(
+        let [ours, theirs, bare] = interleave(
             rounds,
             [
-                &|| rate(callers, window, &|_, _| drop(rerun_call(&store, 1, false))),
-                &|| rate(callers, window, &|t, _| drop(raws[t].call(1))),
-                &|| rate(callers, window, &|t, _| drop(floors[t].call(1))),
+                &mut || rate(callers, window, &|_, _| drop(rerun_call(&store, 1, false))),
+                &mut || rate(callers, window, &|t, _| drop(raws[t].call(1))),
+                &mut || rate(callers, window, &|t, _| drop(floors[t].call(1))),
             ],
         );
         let name = format!(
             "sqlite repeated, {callers} caller{}",
             if callers == 1 { "" } else { "s" }
         );
-        row(&name, ours, theirs, &[bare]);
+        row(&name, &ours, &theirs, &[&bare]);
     }
 }

@@ -16,7 +16,8 @@
 //! (`RERUN_TEST_POSTGRES_URL` is used when `RERUN_BENCH_POSTGRES_URL` is unset;
 //! `RERUN_BENCH_MS` sets the measuring window of each side of a cell, default 1500 ms, split in
 //! `RERUN_BENCH_ROUNDS` interleaved rounds, default 6; `RERUN_BENCH_CELLS=sync-repeated-1,...`
-//! runs only the cells named.)
+//! runs only the cells named. Each cell prints each side's median round and the median of the
+//! per-round ratios, the rule of every ratio program here (`rounds`).)
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -27,7 +28,9 @@ use rerun_core::{Call, Error, Key};
 use tokio_postgres::{Client, NoTls, Statement};
 
 mod postgres;
+mod rounds;
 use postgres::receipt;
+use rounds::{interleave, Window};
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Kind {
@@ -195,13 +198,14 @@ fn key(scope: &'static str, run: u64, kind: Kind, c: usize, i: u64) -> Key {
     Key::new(scope, &key_value(run, kind, c, i))
 }
 
-struct Window {
+/// The callers of one window: the flag that ends it and the calls they made.
+struct Counter {
     stop: AtomicBool,
     ops: AtomicU64,
 }
 
-fn window() -> Arc<Window> {
-    Arc::new(Window {
+fn counter() -> Arc<Counter> {
+    Arc::new(Counter {
         stop: AtomicBool::new(false),
         ops: AtomicU64::new(0),
     })
@@ -210,9 +214,9 @@ fn window() -> Arc<Window> {
 static RUN: AtomicU64 = AtomicU64::new(1);
 
 /// rerun's sync half: `callers` threads calling `Call::run`.
-fn rerun_sync(store: &PostgresStore, kind: Kind, callers: usize, dur: Duration) -> (u64, Duration) {
+fn rerun_sync(store: &PostgresStore, kind: Kind, callers: usize, dur: Duration) -> Window {
     let run = RUN.fetch_add(1, Ordering::Relaxed);
-    let w = window();
+    let w = counter();
     let started = Instant::now();
     std::thread::scope(|s| {
         for c in 0..callers {
@@ -231,7 +235,10 @@ fn rerun_sync(store: &PostgresStore, kind: Kind, callers: usize, dur: Duration) 
         std::thread::sleep(dur);
         w.stop.store(true, Ordering::Relaxed);
     });
-    (w.ops.load(Ordering::Relaxed), started.elapsed())
+    Window {
+        calls: w.ops.load(Ordering::Relaxed),
+        took: started.elapsed(),
+    }
 }
 
 /// Raw connections kept from window to window, as rerun's pool keeps its own. A raw side that
@@ -275,10 +282,10 @@ fn sync_raw(url: &str, store: &PostgresStore, table: &str, baseline: Baseline) -
 
 /// The raw client, sync: each thread drives a connection of its own (`raws`, at least
 /// `callers` of them) on that connection's current-thread runtime.
-fn raw_sync(raws: &Kept<SyncRaw>, kind: Kind, callers: usize, dur: Duration) -> (u64, Duration) {
+fn raw_sync(raws: &Kept<SyncRaw>, kind: Kind, callers: usize, dur: Duration) -> Window {
     let run = RUN.fetch_add(1, Ordering::Relaxed);
     let baseline = raws.baseline;
-    let w = window();
+    let w = counter();
     // `ensure` opened `callers` connections; the barrier counts the threads actually started.
     let threads = raws.conns.len().min(callers);
     let ready = Arc::new(std::sync::Barrier::new(threads + 1));
@@ -301,7 +308,10 @@ fn raw_sync(raws: &Kept<SyncRaw>, kind: Kind, callers: usize, dur: Duration) -> 
         std::thread::sleep(dur);
         w.stop.store(true, Ordering::Relaxed);
     });
-    (w.ops.load(Ordering::Relaxed), started.elapsed())
+    Window {
+        calls: w.ops.load(Ordering::Relaxed),
+        took: started.elapsed(),
+    }
 }
 
 /// rerun's async half: `callers` tasks calling `Call::run_async`.
@@ -311,9 +321,9 @@ fn rerun_async(
     kind: Kind,
     callers: usize,
     dur: Duration,
-) -> (u64, Duration) {
+) -> Window {
     let run = RUN.fetch_add(1, Ordering::Relaxed);
-    let w = window();
+    let w = counter();
     rt.block_on(async {
         let started = Instant::now();
         let tasks: Vec<_> = (0..callers)
@@ -337,7 +347,10 @@ fn rerun_async(
         for t in tasks {
             t.await.expect("task");
         }
-        (w.ops.load(Ordering::Relaxed), started.elapsed())
+        Window {
+            calls: w.ops.load(Ordering::Relaxed),
+            took: started.elapsed(),
+        }
     })
 }
 
@@ -349,10 +362,10 @@ fn raw_async(
     kind: Kind,
     callers: usize,
     dur: Duration,
-) -> (u64, Duration) {
+) -> Window {
     let run = RUN.fetch_add(1, Ordering::Relaxed);
     let baseline = raws.baseline;
-    let w = window();
+    let w = counter();
     rt.block_on(async {
         let started = Instant::now();
         let tasks: Vec<_> = raws
@@ -378,58 +391,11 @@ fn raw_async(
         for t in tasks {
             t.await.expect("task");
         }
-        (w.ops.load(Ordering::Relaxed), started.elapsed())
-    })
-}
-
-/// CPU time of this process so far (all threads): the client's own cost of the calls.
-fn process_cpu() -> Duration {
-    nix::time::clock_gettime(nix::time::ClockId::CLOCK_PROCESS_CPUTIME_ID)
-        .map(Duration::from)
-        .unwrap_or_default()
-}
-
-/// One side of a cell: calls per second, and client CPU microseconds per call.
-struct Side {
-    ops: u64,
-    took: Duration,
-    cpu: Duration,
-}
-
-impl Side {
-    fn rate(&self) -> f64 {
-        self.ops as f64 / self.took.as_secs_f64()
-    }
-    fn cpu_us(&self) -> f64 {
-        self.cpu.as_secs_f64() * 1e6 / self.ops.max(1) as f64
-    }
-}
-
-/// Runs every side in `rounds` interleaved windows, rotating which side goes first so that
-/// none always inherits another's aftermath (closing connections, a checkpoint starting, a
-/// neighbour's build), and returns the sides in the order given.
-fn cell(rounds: u32, sides: &mut [&mut dyn FnMut() -> (u64, Duration)]) -> Vec<Side> {
-    let mut out: Vec<Side> = sides
-        .iter()
-        .map(|_| Side {
-            ops: 0,
-            took: Duration::ZERO,
-            cpu: Duration::ZERO,
-        })
-        .collect();
-    let n = sides.len();
-    for round in 0..rounds as usize {
-        for step in 0..n {
-            let at = (round + step) % n;
-            let cpu = process_cpu();
-            let (ops, took) = sides[at]();
-            let side = &mut out[at];
-            side.cpu += process_cpu().saturating_sub(cpu);
-            side.ops += ops;
-            side.took += took;
+        Window {
+            calls: w.ops.load(Ordering::Relaxed),
+            took: started.elapsed(),
         }
-    }
-    out
+    })
 }
 
 /// Transactions the server has counted (`pg_stat_database`), read on a new connection.
@@ -494,12 +460,8 @@ fn main() {
         .unwrap_or(1500);
     // Many short interleaved windows: on a shared 2-core machine the noise between windows is
     // larger than the difference being measured, and interleaving spreads it over both sides.
-    let rounds: u32 = std::env::var("RERUN_BENCH_ROUNDS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .filter(|r| *r > 0)
-        .unwrap_or(6);
-    let per_round = Duration::from_millis(window_ms / u64::from(rounds));
+    let rounds = rounds::rounds(6);
+    let per_round = Duration::from_millis(window_ms / rounds as u64);
     let table = format!("bench_ratios_{}", std::process::id());
     let store = PostgresStore::builder(&url)
         .table(&table)
@@ -552,13 +514,13 @@ fn main() {
                 {
                     continue;
                 }
-                let sides = match api {
+                let [a, b, f] = match api {
                     "sync" => {
                         same_sync.ensure(callers, sync_open);
                         floor_sync.ensure(callers, sync_open);
-                        cell(
+                        interleave(
                             rounds,
-                            &mut [
+                            [
                                 &mut || rerun_sync(&store, kind, callers, per_round),
                                 &mut || raw_sync(&same_sync, kind, callers, per_round),
                                 &mut || raw_sync(&floor_sync, kind, callers, per_round),
@@ -572,9 +534,9 @@ fn main() {
                         floor_sync.conns.clear();
                         same_async.ensure(callers, async_open);
                         floor_async.ensure(callers, async_open);
-                        cell(
+                        interleave(
                             rounds,
-                            &mut [
+                            [
                                 &mut || rerun_async(&rt, &store, kind, callers, per_round),
                                 &mut || raw_async(&rt, &same_async, kind, callers, per_round),
                                 &mut || raw_async(&rt, &floor_async, kind, callers, per_round),
@@ -582,7 +544,6 @@ fn main() {
                         )
                     }
                 };
-                let [a, b, f] = &sides[..] else { continue };
                 println!(
                     "| {} | {} | {} | {:.0} | {:.0} | {:.2}x | {:.0} | {:.2}x | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} |",
                     api,
@@ -590,11 +551,11 @@ fn main() {
                     callers,
                     a.rate(),
                     b.rate(),
-                    a.rate() / b.rate(),
+                    a.vs(&b),
                     f.rate(),
-                    a.rate() / f.rate(),
-                    1e6 / a.rate() * callers as f64,
-                    1e6 / f.rate() * callers as f64,
+                    a.vs(&f),
+                    a.us_per_call(callers),
+                    f.us_per_call(callers),
                     a.cpu_us(),
                     b.cpu_us(),
                     f.cpu_us()
@@ -609,27 +570,24 @@ fn main() {
     drop((same_sync, same_async, floor_async));
     floor_sync.ensure(8, sync_open);
     for kind in [Kind::Fresh, Kind::Repeated] {
-        let sides = cell(
+        let [eight, one, raw_eight, raw_one] = interleave(
             rounds,
-            &mut [
+            [
                 &mut || rerun_sync(&store, kind, 8, per_round),
                 &mut || rerun_sync(&store, kind, 1, per_round),
                 &mut || raw_sync(&floor_sync, kind, 8, per_round),
                 &mut || raw_sync(&floor_sync, kind, 1, per_round),
             ],
         );
-        let [eight, one, raw_eight, raw_one] = &sides[..] else {
-            continue;
-        };
         println!(
             "{:<9} rerun: 1 caller {:>6.0}/s, 8 callers {:>6.0}/s, {:>5.2}x   floor: 1 caller {:>6.0}/s, 8 callers {:>6.0}/s, {:>5.2}x",
             format!("{kind:?}").to_lowercase(),
             one.rate(),
             eight.rate(),
-            eight.rate() / one.rate(),
+            eight.vs(&one),
             raw_one.rate(),
             raw_eight.rate(),
-            raw_eight.rate() / raw_one.rate(),
+            raw_eight.vs(&raw_one),
         );
     }
     drop(floor_sync);

@@ -15,8 +15,10 @@
 //! `RERUN_BENCH_REDIS_URL=redis://127.0.0.1:6379 cargo bench -p rerun-core --features redis --bench redis_ratios`
 //!
 //! (`RERUN_TEST_REDIS_URL` is used when `RERUN_BENCH_REDIS_URL` is unset; `RERUN_BENCH_MS`
-//! sets the measuring window of each side of a cell, default 3000 ms, split in 10 interleaved
-//! rounds; each cell reports the medians.)
+//! sets the measuring window of each side of a cell, default 3000 ms, split in
+//! `RERUN_BENCH_ROUNDS` interleaved rounds, default 10; each cell prints each side's median
+//! round and the median of the per-round ratios, the rule of every ratio program here
+//! (`rounds`).)
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -26,6 +28,9 @@ use redis::Script;
 use rerun_core::store::redis::{RedisOptions, RedisStore, SCHEMA_VERSION};
 use rerun_core::{Call, Error, Fingerprint, Holder};
 use serde::{Deserialize, Serialize};
+
+mod rounds;
+use rounds::{interleave, Side, Window};
 
 /// A small result, as a typical idempotent function returns.
 #[derive(Serialize, Deserialize)]
@@ -382,8 +387,8 @@ fn receipt(i: u64) -> Result<Receipt, Error> {
     })
 }
 
-/// Calls per second of `f` over `threads` threads for about `window`; `f(thread, i)`.
-fn rate(threads: usize, window: Duration, f: &(dyn Fn(usize, u64) + Sync)) -> f64 {
+/// Calls of `f` over `threads` threads for about `window`; `f(thread, i)`.
+fn rate(threads: usize, window: Duration, f: &(dyn Fn(usize, u64) + Sync)) -> Window {
     let calls = AtomicU64::new(0);
     let start = Instant::now();
     std::thread::scope(|s| {
@@ -401,11 +406,14 @@ fn rate(threads: usize, window: Duration, f: &(dyn Fn(usize, u64) + Sync)) -> f6
             });
         }
     });
-    calls.load(Ordering::Relaxed) as f64 / start.elapsed().as_secs_f64()
+    Window {
+        calls: calls.load(Ordering::Relaxed),
+        took: start.elapsed(),
+    }
 }
 
 /// The async twin of [`rate`]: `tasks` tasks on `rt`.
-fn rate_async<F, Fut>(rt: &tokio::runtime::Runtime, tasks: usize, window: Duration, f: F) -> f64
+fn rate_async<F, Fut>(rt: &tokio::runtime::Runtime, tasks: usize, window: Duration, f: F) -> Window
 where
     F: Fn(usize, u64) -> Fut + Send + Sync + 'static,
     Fut: std::future::Future<Output = ()> + Send,
@@ -433,49 +441,26 @@ where
             let _ = h.await;
         }
     });
-    calls.load(Ordering::Relaxed) as f64 / start.elapsed().as_secs_f64()
-}
-
-/// Measures every side in short interleaved rounds (so that load from elsewhere on the
-/// machine hits all alike, rotating which goes first), and returns per side its median rate
-/// and the median of the per-round ratios of the first side to it.
-fn sides(rounds: u32, sides: &mut [&mut dyn FnMut() -> f64]) -> Vec<(f64, f64)> {
-    let n = sides.len();
-    let mut rates = vec![Vec::new(); n];
-    for round in 0..rounds as usize {
-        let mut this = vec![0.0; n];
-        for step in 0..n {
-            let at = (round + step) % n;
-            this[at] = sides[at]();
-        }
-        for (at, r) in this.into_iter().enumerate() {
-            rates[at].push(r);
-        }
+    Window {
+        calls: calls.load(Ordering::Relaxed),
+        took: start.elapsed(),
     }
-    let ours = rates[0].clone();
-    rates
-        .into_iter()
-        .map(|side| {
-            let ratios = ours.iter().zip(&side).map(|(a, b)| a / b).collect();
-            (median(side), median(ratios))
-        })
-        .collect()
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v.get(v.len() / 2).copied().unwrap_or(0.0)
-}
-
-fn row(name: &str, cell: &[(f64, f64)]) {
-    let [(ours, _), (same, vs_same), (floor, vs_floor), (atomic, vs_atomic)] = cell else {
-        return;
-    };
+/// One row: rerun against the same Lua on the raw client, the floor and the atomic floor.
+fn row(name: &str, [ours, same, floor, atomic]: &[Side; 4]) {
     println!(
-        "| {name:<26} | {ours:>9.0} | {same:>9.0} | {vs_same:>5.2}x | {floor:>9.0} | {vs_floor:>5.2}x | {atomic:>9.0} | {vs_atomic:>5.2}x | {:>5.2}x | {:>7.1} | {:>7.1} |",
-        atomic / floor,
-        1e6 / ours,
-        1e6 / floor
+        "| {name:<26} | {:>9.0} | {:>9.0} | {:>5.2}x | {:>9.0} | {:>5.2}x | {:>9.0} | {:>5.2}x | {:>5.2}x | {:>7.1} | {:>7.1} |",
+        ours.rate(),
+        same.rate(),
+        ours.vs(same),
+        floor.rate(),
+        ours.vs(floor),
+        atomic.rate(),
+        ours.vs(atomic),
+        atomic.vs(floor),
+        ours.us_per_call(1),
+        floor.us_per_call(1)
     );
 }
 
@@ -527,8 +512,8 @@ fn main() {
             .and_then(|s| s.parse().ok())
             .unwrap_or(3000),
     );
-    let rounds = 10;
-    let window = window / rounds;
+    let rounds = rounds::rounds(10);
+    let window = window / rounds as u32;
     let run = std::process::id();
     let store_prefix = format!("rerun-bench-{run}:ours:");
     let raw_prefix = format!("rerun-bench-{run}:raw:");
@@ -603,7 +588,7 @@ fn main() {
     let per = |usec: f64, calls: u64| usec / calls.max(1) as f64;
     println!(
         "Redis: rerun RedisStore vs the raw redis client ({} ms per side per cell)",
-        (window * rounds).as_millis()
+        (window * rounds as u32).as_millis()
     );
     println!("  same:  the raw client calling rerun's own functions or scripts, as the store does (client overhead)");
     println!("  floor: the simplest client doing the same round trips (SET NX PX + SET PX; GET)");
@@ -627,9 +612,9 @@ fn main() {
 
     for threads in [1usize, 16] {
         bump(&next);
-        let cell = sides(
+        let cell = interleave(
             rounds,
-            &mut [
+            [
                 &mut || {
                     bump(&next);
                     rate(threads, window, &|t, i| {
@@ -661,9 +646,9 @@ fn main() {
             ],
         );
         row(&format!("sync fresh, {threads} caller(s)"), &cell);
-        let cell = sides(
+        let cell = interleave(
             rounds,
-            &mut [
+            [
                 &mut || {
                     rate(threads, window, &|t, i| {
                         let key = repeated(t, i);
@@ -743,9 +728,9 @@ fn main() {
                     base + ((t as u64) << 40) + i
                 }
             };
-            let cell = sides(
+            let cell = interleave(
                 rounds,
-                &mut [
+                [
                     &mut || {
                         let b = base.fetch_add(1 << 48, Ordering::Relaxed);
                         let store = store.clone();
