@@ -18,7 +18,7 @@ mod local;
 mod rounds;
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use local::{rerun_call, Baseline, FloorSqlite, RawSqlite, RecordSqlite};
 use rerun_core::{MemoryStore, SqliteStore};
@@ -26,27 +26,7 @@ use rounds::{interleave, Side, Window};
 
 /// Calls of `f` over `threads` threads for about `window`.
 fn rate(threads: usize, window: Duration, f: &(dyn Fn(usize, u64) + Sync)) -> Window {
-    let calls = AtomicU64::new(0);
-    let start = Instant::now();
-    std::thread::scope(|s| {
-        for t in 0..threads {
-            let (calls, f) = (&calls, &f);
-            s.spawn(move || {
-                let mut i = 0;
-                while start.elapsed() < window {
-                    for _ in 0..64 {
-                        f(t, i);
-                        i += 1;
-                    }
-                    calls.fetch_add(64, Ordering::Relaxed);
-                }
-            });
-        }
-    });
-    Window {
-        calls: calls.load(Ordering::Relaxed),
-        took: start.elapsed(),
-    }
+    rounds::on_threads(threads, window, 64, f)
 }
 
 /// The floors a row can show, in the order of the header's columns.

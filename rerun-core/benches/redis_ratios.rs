@@ -389,27 +389,7 @@ fn receipt(i: u64) -> Result<Receipt, Error> {
 
 /// Calls of `f` over `threads` threads for about `window`; `f(thread, i)`.
 fn rate(threads: usize, window: Duration, f: &(dyn Fn(usize, u64) + Sync)) -> Window {
-    let calls = AtomicU64::new(0);
-    let start = Instant::now();
-    std::thread::scope(|s| {
-        for t in 0..threads {
-            let (calls, f) = (&calls, &f);
-            s.spawn(move || {
-                let mut i = 0;
-                while start.elapsed() < window {
-                    for _ in 0..16 {
-                        f(t, i);
-                        i += 1;
-                    }
-                    calls.fetch_add(16, Ordering::Relaxed);
-                }
-            });
-        }
-    });
-    Window {
-        calls: calls.load(Ordering::Relaxed),
-        took: start.elapsed(),
-    }
+    rounds::on_threads(threads, window, 16, f)
 }
 
 /// The async twin of [`rate`]: `tasks` tasks on `rt`.

@@ -11,7 +11,8 @@
 
 #![allow(dead_code)]
 
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 /// One window of one side: how many calls finished, in how long.
 #[derive(Clone, Copy, Debug)]
@@ -90,6 +91,37 @@ pub fn interleave<const N: usize>(
         }
     }
     out
+}
+
+/// One window of `f(thread, i)` on `threads` threads for about `window`, each thread reading
+/// the clock once every `batch` calls.
+pub fn on_threads(
+    threads: usize,
+    window: Duration,
+    batch: u64,
+    f: &(dyn Fn(usize, u64) + Sync),
+) -> Window {
+    let calls = AtomicU64::new(0);
+    let start = Instant::now();
+    std::thread::scope(|s| {
+        for t in 0..threads {
+            let (calls, f) = (&calls, &f);
+            s.spawn(move || {
+                let mut i = 0;
+                while start.elapsed() < window {
+                    for _ in 0..batch {
+                        f(t, i);
+                        i += 1;
+                    }
+                    calls.fetch_add(batch, Ordering::Relaxed);
+                }
+            });
+        }
+    });
+    Window {
+        calls: calls.load(Ordering::Relaxed),
+        took: start.elapsed(),
+    }
 }
 
 /// The rounds a program runs: `RERUN_BENCH_ROUNDS`, else `default`.
