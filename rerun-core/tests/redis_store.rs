@@ -862,6 +862,29 @@ fn scan_pages_through_every_record_and_skips_tombstones() {
     cleanup(&url, &name);
 }
 
+/// The bytes of database 0's table of keys (`MEMORY STATS`, `overhead.hashtable.main`): its
+/// slots, with those of a table it is being moved into, and its entries; 0 with no keys.
+fn key_table_bytes(conn: &mut redis::Connection) -> i64 {
+    let stats: Vec<redis::Value> = redis::cmd("MEMORY").arg("STATS").query(conn).unwrap();
+    let field = |fields: &[redis::Value], name: &str| {
+        fields.chunks(2).find_map(|pair| match pair {
+            [k, v]
+                if redis::from_redis_value::<String>(k.clone()).ok().as_deref() == Some(name) =>
+            {
+                Some(v.clone())
+            }
+            _ => None,
+        })
+    };
+    match field(&stats, "db.0") {
+        None => 0,
+        Some(redis::Value::Array(db)) => field(&db, "overhead.hashtable.main")
+            .and_then(|v| redis::from_redis_value::<i64>(v).ok())
+            .unwrap_or_else(|| panic!("no overhead.hashtable.main in {db:?}")),
+        Some(other) => panic!("MEMORY STATS' db.0 is {other:?}"),
+    }
+}
+
 /// A database shared with many other keys (a cache beside the records): `SCAN` reads the whole
 /// database, and a page short of records reads more of it per step, so a scan finds every
 /// record in about one step per thousand keys, not one per page's worth of keys; where the
@@ -923,6 +946,15 @@ fn a_scan_through_a_database_of_other_keys_reads_it_in_large_steps() {
 
     // Only the records left: a page's first step reads as many keys as it wants records.
     on_other_keys(&["DEL"]);
+    // After the deletes Redis shrinks its table of keys in the background (`serverCron`, ten
+    // times a second), moving the keys over step by step. A `SCAN` step in the middle of that
+    // move reads a bucket of the small table with every bucket of the large one that maps to it
+    // (thousands here) and returns all 30 records at once, so the pages are read once the
+    // table holds only the records.
+    let mut conn = raw(&server.url);
+    eventually("the table of keys shrunk to the records", || {
+        key_table_bytes(&mut conn) < 64 * 1024
+    });
     let pages = pages_of(10);
     assert_eq!(
         pages.iter().flatten().cloned().collect::<BTreeSet<_>>(),
