@@ -922,7 +922,10 @@ fn a_scan_through_a_database_of_other_keys_reads_it_in_large_steps() {
         let mut cursor: Option<String> = None;
         loop {
             let page = store.scan(cursor.as_deref(), limit).unwrap();
-            pages.push(page.records.into_iter().map(|r| r.key).collect::<Vec<_>>());
+            let keys: Vec<Key> = page.records.into_iter().map(|r| r.key).collect();
+            let once: BTreeSet<&Key> = keys.iter().collect();
+            assert_eq!(once.len(), keys.len(), "a record twice in one page");
+            pages.push(keys);
             match page.next {
                 Some(next) => cursor = Some(next),
                 None => return pages,

@@ -205,9 +205,10 @@ pub trait Store: Send + Sync {
     fn inspect(&self, key: &Key) -> Result<Option<RecordView>, Error>;
     /// Pages through every record: up to about `limit` records from `cursor` (`None` starts at
     /// the beginning), and the cursor of the next page (`None` after the last). A record may be
-    /// returned twice across pages (as Redis `SCAN` may), never skipped if it existed during the
-    /// whole scan. A record that cannot be decoded goes in [`ScanPage::unreadable`] and the
-    /// scan goes on past it; an error is for a scan that cannot go on.
+    /// returned again in a later page (as Redis `SCAN` may), never skipped if it existed during
+    /// the whole scan; the stores rerun ships return it at most once in a page. A record that
+    /// cannot be decoded goes in [`ScanPage::unreadable`] and the scan goes on past it; an error
+    /// is for a scan that cannot go on.
     fn scan(&self, cursor: Option<&str>, limit: usize) -> Result<ScanPage, Error>;
     /// [`Store::scan`], of only the records `filter` selects: up to about `limit` of them from
     /// `cursor`, and the cursor of the next page (`None` after the last). A page may hold fewer

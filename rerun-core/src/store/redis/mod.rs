@@ -851,6 +851,10 @@ impl Store for RedisStore {
             }
             count = next_scan_count(count);
         }
+        // `SCAN` may return a key more than once, within a page's steps too (while Redis moves
+        // its table of keys to another size): each record is read and returned once a page.
+        names.sort_unstable();
+        names.dedup();
         let keys: Vec<(Key, String)> = names
             .into_iter()
             .filter_map(|name| parse_record_key(&self.inner.prefix, &name).map(|k| (k, name)))
