@@ -8,8 +8,8 @@
 //! complete, two round trips) and repeated calls (one round trip), with 1 and 16 concurrent
 //! callers, sync (threads, one connection each) and async (tasks on one multiplexed
 //! connection, on a 2-worker tokio runtime). Also counts `EVALSHA`s or `FCALL`s per call and the server's
-//! own microseconds per script (`INFO commandstats`), rerun's and the atomic floor's: over 200
-//! sequential calls (cold: the server idles between them), and over a window of 16 sync
+//! own microseconds per script (`INFO commandstats`), rerun's and the atomic floor's: over
+//! [`SEQUENTIAL`] sequential calls (cold: the server idles between them), and over a window of 16 sync
 //! callers (warm).
 //!
 //! `RERUN_BENCH_REDIS_URL=redis://127.0.0.1:6379 cargo bench -p rerun-core --features redis --bench redis_ratios`
@@ -113,11 +113,12 @@ enum Steps {
     /// nothing more.
     Rerun,
     /// The floor of what rerun's guarantees need on Redis, with none of rerun's own code: each
-    /// round trip one atomic step on the server that reads the record, reads the server's clock and
-    /// writes, as any claim-or-fetch that judges leases on the server's clock must. A fresh call is
-    /// a claim (`GET`; absent, so `TIME` and a `SET` of the clock as the fence, the fingerprint and
-    /// the holder) and a fenced completion (`GET`, the fence compared, `TIME`, `SET PX` of the
-    /// fence, the fingerprint and the result); a repeated call is the claim finding the record and
+    /// round trip one atomic step on the server that reads the record and writes, the claim
+    /// reading the server's clock too, as any claim-or-fetch that judges leases on the server's
+    /// clock must. A fresh call is a claim (`GET`; absent, so `TIME` and a `SET` of the clock as
+    /// the fence, the fingerprint and the holder) and a fenced completion (`GET`, the fence
+    /// compared, `SET PX` of the fence, the fingerprint and the result: Redis' expiry, not a
+    /// clock read, keeps its time); a repeated call is the claim finding the record and
     /// returning it, the fingerprint compared on the client. No parsing, no number formatting, no
     /// state table: what is left between this and rerun is rerun's transitions themselves.
     Atomic,
@@ -133,10 +134,15 @@ struct Scripted {
     fingerprint: Vec<u8>,
     holder: Vec<u8>,
     result: Vec<u8>,
-    /// rerun's claim argument, packed once: the fingerprint, the once flag (`0`), the lease
-    /// (30 s) in 16 digits and the holder, as the store packs it on every call.
+    /// rerun's claim argument, packed once: the once flag (`0`), the lease (30 s) in 16
+    /// digits, the fingerprint, the holder's length in 4 digits and the holder, as the store
+    /// packs it on every call.
     packed: Vec<u8>,
 }
+
+/// Sequential calls over which the server's time per script is counted (cold): enough that
+/// the first calls after a pause, slower on a server that idled, do not decide the figure.
+const SEQUENTIAL: u64 = 2000;
 
 /// The atomic floor's two steps, as one library of functions (Redis 7) or two scripts.
 const ATOMIC_CLAIM: &str = "local got = redis.call('GET', KEYS[1]) \
@@ -147,7 +153,6 @@ const ATOMIC_CLAIM: &str = "local got = redis.call('GET', KEYS[1]) \
      return fence";
 const ATOMIC_COMPLETE: &str = "local got = redis.call('GET', KEYS[1]) \
      if not got or string.sub(got, 1, #ARGV[1]) ~= ARGV[1] then return 0 end \
-     local t = redis.call('TIME') \
      redis.call('SET', KEYS[1], ARGV[1] .. ARGV[2] .. ARGV[3], 'PX', ARGV[4]) \
      return 1";
 
@@ -163,7 +168,14 @@ impl Scripted {
             claim: Code::of(store, "claim"),
             complete: Code::of(store, "complete"),
             prefix: prefix.to_owned(),
-            packed: [&fingerprint[..], b"0", b"0000000030000000", &holder[..]].concat(),
+            packed: [
+                &b"0"[..],
+                b"0000000030000000",
+                &fingerprint[..],
+                format!("{:04}", holder.len()).as_bytes(),
+                &holder[..],
+            ]
+            .concat(),
             fingerprint,
             holder,
             result: rerun_core::codec::encode(&Receipt {
@@ -262,9 +274,10 @@ impl Scripted {
     }
     fn complete_cmd(&self, i: u64, fence: &[u8]) -> Invocation<'_> {
         match self.steps {
-            Steps::Rerun => self
-                .complete
-                .invocation(self.key(i), &[fence, &self.result[..], b"3600000000"]),
+            Steps::Rerun => self.complete.invocation(
+                self.key(i),
+                &[fence, &self.result[..], b"3600000", b"0000003600000000"],
+            ),
             Steps::Atomic => self.complete.invocation(
                 self.key(i),
                 &[fence, &self.fingerprint[..], &self.result[..], b"3600000"],
@@ -537,33 +550,33 @@ fn main() {
 
     // Round trips and the server's time per script, counted by the server.
     let (calls0, usec0) = script_stats(&mut admin);
-    for i in 0..200 {
+    for i in 0..SEQUENTIAL {
         let key = (1u64 << 61) + i;
         let _ = rerun_call(key).run(&store, || receipt(key));
     }
     let (calls1, usec1) = script_stats(&mut admin);
-    for i in 0..200 {
+    for i in 0..SEQUENTIAL {
         let key = repeated(0, i);
         let _ = rerun_call(key).run(&store, || receipt(key));
     }
     let (calls2, usec2) = script_stats(&mut admin);
     {
         let mut c = conns[0].lock().unwrap_or_else(|p| p.into_inner());
-        for i in 0..200 {
+        for i in 0..SEQUENTIAL {
             atomic.sync(&mut c, (1u64 << 61) + i);
         }
     }
     let (calls3, usec3) = script_stats(&mut admin);
     {
         let mut c = conns[0].lock().unwrap_or_else(|p| p.into_inner());
-        for i in 0..200 {
+        for i in 0..SEQUENTIAL {
             atomic.sync(&mut c, repeated(0, i));
         }
     }
     let (calls4, usec4) = script_stats(&mut admin);
     let (fresh_rt, repeat_rt) = (
-        (calls1 - calls0) as f64 / 200.0,
-        (calls2 - calls1) as f64 / 200.0,
+        (calls1 - calls0) as f64 / SEQUENTIAL as f64,
+        (calls2 - calls1) as f64 / SEQUENTIAL as f64,
     );
     let per = |usec: f64, calls: u64| usec / calls.max(1) as f64;
     println!(
@@ -572,7 +585,7 @@ fn main() {
     );
     println!("  same:  the raw client calling rerun's own functions or scripts, as the store does (client overhead)");
     println!("  floor: the simplest client doing the same round trips (SET NX PX + SET PX; GET)");
-    println!("  atomic: the floor of one atomic step per round trip that reads the record and the server's clock and writes (GET, TIME, SET in a function; no parsing, no formatting)");
+    println!("  atomic: the floor of one atomic step per round trip that reads the record and writes, the claim reading the server's clock (GET, TIME, SET; GET, SET PX, in functions; no parsing, no formatting)");
     let form = if store.function_name("claim").is_some() {
         "functions, FCALL"
     } else {

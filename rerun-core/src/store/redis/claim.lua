@@ -2,8 +2,9 @@
 -- `rerun_core::record::decide`, judged on Redis' own clock.
 --
 -- KEYS[1]  the record
--- ARGV[1]  the claim, packed: the payload fingerprint (32 bytes), '1' for an at-most-once
---          claim or '0' (1 byte), the lease in microseconds (16 digits, zero-padded), the
+-- ARGV[1]  the claim, packed: '1' for an at-most-once claim or '0' (1 byte), the lease in
+--          microseconds (16 digits, zero-padded), then the record's tail as a claim writes
+--          it: the payload fingerprint (32 bytes), the holder's length (4 digits) and the
 --          claiming holder (`Holder::encode`, the rest)
 -- ARGV[2]  the fence whose holder the caller proved dead (steal) (absent: '')
 --
@@ -20,8 +21,7 @@
 local rec = KEYS[1]
 -- The lease stays a string until the one sum that needs it as a number (see `clock`).
 local packed = ARGV[1]
-local fp, once = string.sub(packed, 1, 32), string.sub(packed, 33, 33)
-local lease_us, holder = string.sub(packed, 34, 49), string.sub(packed, 50)
+local once, lease_us = string.sub(packed, 1, 1), string.sub(packed, 2, 17)
 local steal = ARGV[2] or ''
 
 -- PREFETCHED: the GET made before the shared code (replay.lua).
@@ -30,14 +30,16 @@ if err then return {'corrupt', 'the key holds another type than rerun\'s record'
 if not raw then
   -- No record, the most frequent claim, written without `build`: its fence is the clock (see
   -- below, where `prev` would be 0), and its record is the same bytes as build('p', once, now,
-  -- now + lease_us, 0, now, fp, holder, ''), its numbers in one format. A test holds the two
-  -- paths to each other (redis_store.rs).
+  -- now + lease_us, 0, now, fp, holder, ''): its numbers in one format, and its tail (the
+  -- fingerprint and the holder with its length) as the client packed it. A test holds the
+  -- two paths to each other (redis_store.rs).
   local now = clock()
   redis.call('SET', rec, FORMAT .. 'p' .. once ..
-    string.format('%016d%016d0000000000000000%016d', now, now + lease_us, now) .. fp ..
-    string.format('%04d', #holder) .. holder)
+    string.format('%016d%016d0000000000000000%016d', now, now + lease_us, now) ..
+    string.sub(packed, 18))
   return now
 end
+local fp, holder = string.sub(packed, 18, 49), string.sub(packed, 54)
 local r = nil
 if raw then
   local why, v

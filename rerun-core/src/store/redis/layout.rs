@@ -6,6 +6,10 @@ use crate::error::CorruptKind;
 /// The format this build writes.
 pub(super) const FORMAT: u8 = b'2';
 const HEADER: usize = 103;
+/// What a completed record stores where the instant it changed would be when it stores its
+/// time to live in the expiry field instead (see `prelude.lua`): above every instant a field
+/// holds.
+pub(super) const RELATIVE: u64 = 9_999_999_999_999_999;
 /// The longest holder a record keeps: its length is 4 digits.
 pub(super) const MAX_HOLDER: usize = 9999;
 
@@ -122,6 +126,17 @@ mod tests {
                 proptest::prop_assert_eq!(digits(n.as_bytes()), standard(n.as_bytes()));
             }
         }
+    }
+
+    /// The scripts write the marker the reader looks for, and no instant a field holds (the
+    /// scripts keep them at or below 2^53 - 1 microseconds) can be taken for it.
+    #[test]
+    fn the_relative_marker_is_the_scripts_and_no_instant() {
+        assert!(
+            include_str!("prelude.lua").contains(&format!("local RELATIVE = '{RELATIVE:016}'\n"))
+        );
+        assert!(include_str!("prelude.lua").contains("local WIDEST = 9007199254740991\n"));
+        const { assert!(RELATIVE > 9_007_199_254_740_991) };
     }
 
     #[test]

@@ -28,10 +28,13 @@
 //!
 //! # Clock, fences and expiry
 //!
-//! Leases and expiry are decided on Redis' clock (`TIME` inside the scripts), never the
-//! caller's. A completed record carries a `PEXPIREAT`, so Redis removes it at the end of its
-//! ttl by itself ([`Store::purge_expired`] has nothing to do and returns 0); a released record
-//! expires after a day. An in-progress or unknown record never expires by itself: a dead
+//! Leases and expiry are decided on Redis' clock, never the caller's: a claim reads `TIME`
+//! inside its script, and a completion sets its record's expiry with `PX`, which Redis counts
+//! on its own clock, so it reads none (the record keeps its ttl, rounded down to a whole
+//! millisecond, and an inspection reads when it expires and when it completed from the key's
+//! `PTTL`). Redis removes a completed record at the end of its ttl by itself
+//! ([`Store::purge_expired`] has nothing to do and returns 0); a released record expires after
+//! a day. An in-progress or unknown record never expires by itself: a dead
 //! at-most-once attempt must not be forgotten silently.
 //!
 //! A claim's fence is `max(last fence of the key + 1, Redis' clock in microseconds)`: the last
@@ -105,7 +108,7 @@ pub use durability::Persistence;
 use functions::Library;
 use names::{parse_record_key, record_key, scan_pattern_within, split_prefix};
 use reply::{newer, parse_claim, parse_fenced, parse_view, unexpected, Fenced};
-use scripts::{claim_args, span_us, Arg, Scripts, Transition, FENCE_KEEP_MS};
+use scripts::{claim_args, complete_args, span_us, Arg, Scripts, Transition, FENCE_KEEP_MS};
 
 /// The record layout this build writes; a record with a newer one is refused as
 /// [`Error::Corrupt`], never overwritten, and one of rerun 0.1 (a hash, layout 1) is upgraded
@@ -729,14 +732,13 @@ impl Store for RedisStore {
     fn complete(&self, claim: &Claim, result: &[u8], ttl: Duration) -> Result<(), Error> {
         self.too_large(&claim.key, "the result", result.len())?;
         let record = self.record_key(&claim.key);
-        let (fence, ttl) = (Arg::Fence(claim.fence), Arg::Num(span_us(ttl)));
         let reply = self.sync_script(
             &claim.key,
             "recording the result",
             self.limit(claim.lease),
             Transition::Complete,
             &record,
-            &[fence, Arg::Bytes(result), ttl],
+            &complete_args(claim.fence, result, ttl),
         )?;
         self.fenced_answer(claim, reply)
     }
@@ -972,7 +974,6 @@ impl AsyncStore for RedisStore {
         Box::pin(async move {
             self.too_large(&claim.key, "the result", result.len())?;
             let record = self.record_key(&claim.key);
-            let (fence, ttl) = (Arg::Fence(claim.fence), Arg::Num(span_us(ttl)));
             let reply = self
                 .async_script(
                     &claim.key,
@@ -980,7 +981,7 @@ impl AsyncStore for RedisStore {
                     self.limit(claim.lease),
                     Transition::Complete,
                     &record,
-                    &[fence, Arg::Bytes(result), ttl],
+                    &complete_args(claim.fence, result, ttl),
                 )
                 .await?;
             self.fenced_answer(claim, reply)

@@ -15,8 +15,17 @@
 --   68..99   payload fingerprint, 32 bytes
 --   100..103 length of the holder, 4 digits
 --   then the holder (`Holder::encode`), then the result (the rest)
+--
+-- A completion reads no clock: it writes its time to live in the expiry field (whole
+-- milliseconds, in microseconds), RELATIVE where "changed" would be, and leaves the instant to
+-- Redis' own expiry of the key (`PX`), from which a reader takes both (see inspect.lua). A
+-- completed record with a time in "changed" (written before completions read no clock, or
+-- upgraded from rerun 0.1) has its expiry as an instant. RELATIVE is above every instant a
+-- field holds (WIDEST), so no record of either kind is read as the other; a build that does not
+-- know it shows such a record with no time left and an age of zero, and reads the rest as before.
 local FORMAT = '@FORMAT@'
 local HEADER = 103
+local RELATIVE = '9999999999999999'
 
 -- Formatting a number is most of the cost of writing a record, so a zero is a constant, a
 -- field read from a record is written back as it was read, and numbers are formatted as

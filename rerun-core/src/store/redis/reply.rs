@@ -205,12 +205,20 @@ pub(super) fn parse_view(
         }
         _ => return Err(bad()),
     };
-    view_of(key, now, raw)
+    // The key's PTTL; `None` when the key has no expiry.
+    let pttl_ms = parts.get(3).and_then(number);
+    view_of(key, now, raw, pttl_ms)
 }
 
-/// A record's view from its stored bytes, at `now` (Redis' clock, microseconds); `None` for a
-/// tombstone.
-pub(super) fn view_of(key: &Key, now: u64, raw: &[u8]) -> Result<Option<RecordView>, Error> {
+/// A record's view from its stored bytes, at `now` (Redis' clock, microseconds), with the
+/// time its key has left in milliseconds (`None`: no expiry), which is where a completed record
+/// that stores its time to live (see prelude.lua) has its times; `None` for a tombstone.
+pub(super) fn view_of(
+    key: &Key,
+    now: u64,
+    raw: &[u8],
+    pttl_ms: Option<u64>,
+) -> Result<Option<RecordView>, Error> {
     let r = match layout::parse(raw) {
         Ok(r) => r,
         Err(Unreadable::Newer(found)) => return Err(newer(key, found)),
@@ -234,6 +242,23 @@ pub(super) fn view_of(key: &Key, now: u64, raw: &[u8]) -> Result<Option<RecordVi
         Some(Holder::decode(s).ok_or_else(|| corrupt(format!("malformed holder {s:?}")))?)
     };
     let left = |until: u64| (until > now).then(|| Duration::from_micros(until - now));
+    // A completion that stored its time to live: Redis' expiry of the key is when it expires,
+    // and it changed as long before as the time to live has run down.
+    let relative = status == Status::Completed && r.changed == layout::RELATIVE;
+    let pttl_us = pttl_ms.map(|ms| ms.saturating_mul(1000));
+    let (expires_in, age) = if relative {
+        (
+            pttl_us.filter(|&us| us > 0).map(Duration::from_micros),
+            pttl_us.map(|us| Duration::from_micros(r.expires.saturating_sub(us))),
+        )
+    } else {
+        (
+            (status == Status::Completed)
+                .then(|| left(r.expires))
+                .flatten(),
+            (r.changed > 0).then(|| Duration::from_micros(now.saturating_sub(r.changed))),
+        )
+    };
     Ok(Some(RecordView {
         key: key.clone(),
         status,
@@ -244,11 +269,9 @@ pub(super) fn view_of(key: &Key, now: u64, raw: &[u8]) -> Result<Option<RecordVi
         lease_remaining: (status == Status::InProgress)
             .then(|| left(r.lease_until))
             .flatten(),
-        expires_in: (status == Status::Completed)
-            .then(|| left(r.expires))
-            .flatten(),
+        expires_in,
         result: (status == Status::Completed).then(|| r.result.to_vec()),
-        age: (r.changed > 0).then(|| Duration::from_micros(now.saturating_sub(r.changed))),
+        age,
     }))
 }
 

@@ -122,9 +122,10 @@ impl Scripts {
 pub(super) enum Arg<'a> {
     Bytes(&'a [u8]),
     Num(u64),
-    /// A fence as a record stores it: at least 16 digits, zero-padded, so that a script
-    /// compares it with the record's field as bytes (complete.lua).
-    Fence(u64),
+    /// A number as a record stores it: at least 16 digits, zero-padded, so that a script
+    /// compares it with a record's field as bytes, or writes it into one, without converting
+    /// it (complete.lua).
+    Field(u64),
 }
 
 impl Arg<'_> {
@@ -133,7 +134,7 @@ impl Arg<'_> {
     pub(super) fn len_bound(&self) -> usize {
         match self {
             Arg::Bytes(b) => b.len(),
-            Arg::Num(_) | Arg::Fence(_) => 20,
+            Arg::Num(_) | Arg::Field(_) => 20,
         }
     }
 }
@@ -143,7 +144,7 @@ impl redis::ToRedisArgs for Arg<'_> {
         match self {
             Arg::Bytes(b) => b.write_redis_args(out),
             Arg::Num(n) => n.write_redis_args(out),
-            Arg::Fence(n) => out.write_arg(padded_fence(*n).digits()),
+            Arg::Field(n) => out.write_arg(padded_fence(*n).digits()),
         }
     }
 }
@@ -204,19 +205,39 @@ impl ClaimArgs {
     }
 }
 
-/// The arguments of `claim.lua` for `req`, claimed by `holder` (encoded): see [`ClaimArgs`].
-/// The packed string is the fingerprint (32 bytes), `1` for an at-most-once claim or `0`, the
-/// lease in microseconds as 16 digits (zero-padded; [`MAX_SPAN_US`] has 16), and the holder.
+/// The arguments of `claim.lua` for `req`, claimed by `holder` (encoded, at most
+/// [`MAX_HOLDER`](super::layout::MAX_HOLDER) bytes, which the store checks before): see
+/// [`ClaimArgs`]. The packed string is `1` for an at-most-once claim or `0`, the lease in
+/// microseconds as 16 digits (zero-padded; [`MAX_SPAN_US`] has 16), then the tail of the
+/// record a claim writes, which the script copies as it is: the fingerprint (32 bytes), the
+/// holder's length in 4 digits and the holder.
 pub(super) fn claim_args(req: &ClaimRequest<'_>, holder: &str) -> ClaimArgs {
     let mut packed = smallvec::SmallVec::new();
-    packed.extend_from_slice(&req.fingerprint.0);
     packed.push(if req.once { b'1' } else { b'0' });
     packed.extend_from_slice(padded_fence(span_us(req.lease)).digits());
+    packed.extend_from_slice(&req.fingerprint.0);
+    let len = holder.len();
+    packed
+        .extend([len / 1000 % 10, len / 100 % 10, len / 10 % 10, len % 10].map(|d| b'0' + d as u8));
     packed.extend_from_slice(holder.as_bytes());
     ClaimArgs {
         packed,
         steal: req.steal,
     }
+}
+
+/// The arguments of `complete.lua`: the claim's fence as the record stores it, the result,
+/// and how long to keep it, rounded down to a whole millisecond (Redis' expiry has no finer
+/// one, and a record is never kept longer than asked), once in milliseconds for `PX` and once
+/// in microseconds as the record's expiry field stores it.
+pub(super) fn complete_args(fence: u64, result: &[u8], ttl: Duration) -> [Arg<'_>; 4] {
+    let ms = span_us(ttl) / 1000;
+    [
+        Arg::Field(fence),
+        Arg::Bytes(result),
+        Arg::Num(ms),
+        Arg::Field(ms * 1000),
+    ]
 }
 
 /// A lease or ttl in whole microseconds, capped (see [`MAX_SPAN_US`]).
@@ -273,16 +294,46 @@ mod tests {
                 .flat_map(|a| a.to_redis_args())
                 .collect();
             let claim = &sent[0];
-            // claim.lua: string.sub(packed, 1, 32), (33, 33), (34, 49), (50).
-            assert_eq!(claim[..32], fingerprint.0[..]);
-            assert_eq!(claim[32], if once { b'1' } else { b'0' });
-            assert_eq!(&claim[33..49], lease_digits.as_bytes(), "{lease:?}");
-            assert_eq!(&claim[49..], encoded.as_bytes());
+            // claim.lua: string.sub(packed, 1, 1), (2, 17), the tail (18): fingerprint (18,
+            // 49), the holder's length, the holder (54).
+            assert_eq!(claim[0], if once { b'1' } else { b'0' });
+            assert_eq!(&claim[1..17], lease_digits.as_bytes(), "{lease:?}");
+            assert_eq!(claim[17..49], fingerprint.0[..]);
+            assert_eq!(&claim[49..53], format!("{:04}", encoded.len()).as_bytes());
+            assert_eq!(&claim[53..], encoded.as_bytes());
             let tail: Vec<&[u8]> = sent[1..].iter().map(Vec::as_slice).collect();
             match steal {
                 Some(_) => assert_eq!(tail, [&b"42"[..]]),
                 None => assert!(tail.is_empty(), "once {once}"),
             }
+        }
+    }
+
+    #[test]
+    fn a_completion_sends_its_ttl_in_whole_milliseconds_twice() {
+        use redis::ToRedisArgs;
+        for (ttl, ms, field) in [
+            (Duration::ZERO, "0", "0000000000000000"),
+            (Duration::from_micros(999), "0", "0000000000000000"),
+            (Duration::from_micros(1_999), "1", "0000000000001000"),
+            (Duration::from_secs(60), "60000", "0000000060000000"),
+            (Duration::MAX, "3153600000000", "3153600000000000"),
+        ] {
+            let sent: Vec<Vec<u8>> = complete_args(7, b"r\0", ttl)
+                .iter()
+                .flat_map(|a| a.to_redis_args())
+                .collect();
+            let sent: Vec<&[u8]> = sent.iter().map(Vec::as_slice).collect();
+            assert_eq!(
+                sent,
+                [
+                    &b"0000000000000007"[..],
+                    b"r\0",
+                    ms.as_bytes(),
+                    field.as_bytes()
+                ],
+                "{ttl:?}"
+            );
         }
     }
 
