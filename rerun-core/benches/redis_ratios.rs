@@ -9,8 +9,9 @@
 //! callers, sync (threads, one connection each) and async (tasks on one multiplexed
 //! connection, on a 2-worker tokio runtime). Also counts `EVALSHA`s or `FCALL`s per call and the server's
 //! own microseconds per script (`INFO commandstats`), rerun's and the atomic floor's: over
-//! [`SEQUENTIAL`] sequential calls (cold: the server idles between them), and over a window of 16 sync
-//! callers (warm).
+//! [`SEQUENTIAL`] sequential calls (cold: the server idles between them), over pipelines of
+//! fresh claims, their completions and their replays (hot: the server busy, the client's CPU
+//! idle, so this is the scripts' own cost), and over a window of 16 sync callers (warm).
 //!
 //! `RERUN_BENCH_REDIS_URL=redis://127.0.0.1:6379 cargo bench -p rerun-core --features redis --bench redis_ratios`
 //!
@@ -89,6 +90,18 @@ enum Invocation<'a> {
 }
 
 impl Invocation<'_> {
+    /// Adds the call to `pipe` (a script as `EVALSHA`: it is loaded by then, the sequential
+    /// calls before having run it).
+    fn queue(&self, pipe: &mut redis::Pipeline) {
+        match self {
+            Invocation::Function(cmd) => {
+                pipe.add_command(cmd.clone());
+            }
+            Invocation::Script(inv) => {
+                pipe.invoke_script(inv);
+            }
+        }
+    }
     fn invoke(&self, conn: &mut redis::Connection) -> redis::RedisResult<redis::Value> {
         match self {
             Invocation::Function(cmd) => cmd.query(conn),
@@ -457,6 +470,47 @@ fn row(name: &str, [ours, same, floor, atomic]: &[Side; 4]) {
     );
 }
 
+/// Keys the pipelined measure claims, completes and replays, in pipelines of [`PIPELINE`].
+const HOT_KEYS: u64 = 20_000;
+const PIPELINE: u64 = 500;
+
+/// The server's own microseconds per script when it is busy and the client's CPU is not (hot):
+/// [`HOT_KEYS`] fresh claims sent in pipelines, then their completions, then the same claims
+/// again, now replays. Returns the three, in that order.
+fn hot(
+    steps: &Scripted,
+    conn: &mut redis::Connection,
+    admin: &mut redis::Connection,
+    base: u64,
+) -> [f64; 3] {
+    let mut measure = |batch: &mut dyn FnMut(u64, &mut redis::Pipeline)| {
+        let (calls0, usec0) = script_stats(admin);
+        let mut replies = Vec::new();
+        for start in (0..HOT_KEYS).step_by(PIPELINE as usize) {
+            let mut pipe = redis::pipe();
+            for i in start..start + PIPELINE {
+                batch(base + i, &mut pipe);
+            }
+            let got: Vec<redis::Value> = pipe.query(conn).expect("a pipeline of scripts");
+            replies.extend(got);
+        }
+        let (calls1, usec1) = script_stats(admin);
+        ((usec1 - usec0) / (calls1 - calls0).max(1) as f64, replies)
+    };
+    let (claim, replies) = measure(&mut |i, pipe| steps.claim_cmd(i).queue(pipe));
+    let fences: Vec<Vec<u8>> = replies
+        .into_iter()
+        .map(|r| steps.fence(r).expect("a fresh key is claimed"))
+        .collect();
+    let (complete, _) = measure(&mut |i, pipe| {
+        steps
+            .complete_cmd(i, &fences[(i - base) as usize])
+            .queue(pipe)
+    });
+    let (replay, _) = measure(&mut |i, pipe| steps.claim_cmd(i).queue(pipe));
+    [claim, complete, replay]
+}
+
 /// Calls and microseconds on the server of rerun's transitions (`INFO commandstats`): scripts
 /// (`EVALSHA`) and functions (`FCALL`) together.
 fn script_stats(conn: &mut redis::Connection) -> (u64, f64) {
@@ -598,6 +652,16 @@ fn main() {
         per(usec2 - usec1, calls2 - calls1),
         per(usec3 - usec2, calls3 - calls2),
         per(usec4 - usec3, calls4 - calls3)
+    );
+    let ([claim, complete, replay], [a_claim, a_complete, a_replay]) = {
+        let mut c = conns[0].lock().unwrap_or_else(|p| p.into_inner());
+        (
+            hot(&raw, &mut c, &mut admin, 1 << 60),
+            hot(&atomic, &mut c, &mut admin, 1 << 60),
+        )
+    };
+    println!(
+        "server time per script, pipelined (hot): a fresh key's claim {claim:.2} us and completion {complete:.2} us, a replay {replay:.2} us; the atomic floor's {a_claim:.2}, {a_complete:.2} and {a_replay:.2} us"
     );
     println!();
     println!("| case | rerun/s | same/s | vs same | floor/s | vs floor | atomic/s | vs atomic | atomic vs floor | rerun us | floor us |");
