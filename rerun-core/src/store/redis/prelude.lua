@@ -19,10 +19,10 @@
 -- A completion reads no clock: it writes its time to live in the expiry field (whole
 -- milliseconds, in microseconds), RELATIVE where "changed" would be, and leaves the instant to
 -- Redis' own expiry of the key (`PX`), from which a reader takes both (see inspect.lua). A
--- completed record with a time in "changed" (written before completions read no clock, or
--- upgraded from rerun 0.1) has its expiry as an instant. RELATIVE is above every instant a
--- field holds (WIDEST), so no record of either kind is read as the other; a build that does not
--- know it shows such a record with no time left and an age of zero, and reads the rest as before.
+-- completed record without RELATIVE (completed before completions read no clock, or upgraded
+-- from rerun 0.1) has its expiry as an instant. RELATIVE is above every instant a field holds
+-- (WIDEST), so no record of either kind is read as the other; a build that does not know it
+-- shows such a record with no time left and an age of zero, and reads the rest as before.
 local FORMAT = '@FORMAT@'
 local HEADER = 103
 local RELATIVE = '9999999999999999'
