@@ -31,7 +31,9 @@ fn said(line: &str) -> Option<&str> {
 }
 
 fn open(url: &str, prefix: &str) -> RedisStore {
-    RedisStore::connect_with(url, RedisOptions::new().prefix(prefix)).expect("connecting")
+    // No upgrade sweep: one that ended after the test's cleanup would leave its marker behind.
+    RedisStore::connect_with(url, RedisOptions::new().prefix(prefix).upgrade_sweep(false))
+        .expect("connecting")
 }
 
 /// Starts this test binary again as a child running `test` in `role`.

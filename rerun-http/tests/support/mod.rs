@@ -103,7 +103,11 @@ impl Fixture {
                 let prefix = format!("{name}:");
                 let store = rerun_core::RedisStore::connect_with(
                     &url,
-                    rerun_core::store::redis::RedisOptions::new().prefix(&prefix),
+                    // No upgrade sweep: one that ended after the cleanup would leave its
+                    // marker behind.
+                    rerun_core::store::redis::RedisOptions::new()
+                        .prefix(&prefix)
+                        .upgrade_sweep(false),
                 )
                 .unwrap_or_else(|e| panic!("connecting to {url}: {e}"));
                 (
