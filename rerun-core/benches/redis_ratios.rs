@@ -863,4 +863,9 @@ fn main() {
             }
         }
     }
+    // The atomic floor's library is the program's own (the store's stays, as any user's does).
+    let _: redis::RedisResult<()> = redis::cmd("FUNCTION")
+        .arg("DELETE")
+        .arg("rerun_bench_atomic_floor")
+        .query(&mut admin);
 }
