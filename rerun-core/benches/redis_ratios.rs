@@ -158,6 +158,8 @@ struct Scripted {
 /// the first calls after a pause, slower on a server that idled, do not decide the figure.
 const SEQUENTIAL: u64 = 2000;
 
+/// The function library the atomic floor's steps are loaded as (Redis 7), deleted at the end.
+const ATOMIC_LIBRARY: &str = "rerun_bench_atomic_floor";
 /// The atomic floor's two steps, as one library of functions (Redis 7) or two scripts.
 const ATOMIC_CLAIM: &str = "local got = redis.call('GET', KEYS[1]) \
      if got then return got end \
@@ -212,7 +214,7 @@ impl Scripted {
             format!("redis.register_function('{name}', function(KEYS, ARGV) {body} end)\n")
         };
         let library = format!(
-            "#!lua name=rerun_bench_atomic_floor\n{}{}",
+            "#!lua name={ATOMIC_LIBRARY}\n{}{}",
             as_function("rerun_bench_atomic_claim", ATOMIC_CLAIM),
             as_function("rerun_bench_atomic_complete", ATOMIC_COMPLETE)
         );
@@ -668,7 +670,7 @@ fn main() {
         for pair in 0..HOT_PAIRS {
             // Keys no earlier measure used; the side that goes first alternates, so that
             // neither always meets the database the other has just grown.
-            let base = (1 << 60) + pair * 2 * HOT_KEYS;
+            let base = (1 << 60) + pair * HOT_KEYS;
             if pair % 2 == 0 {
                 ours.push(hot(&raw, &mut c, &mut admin, base));
                 theirs.push(hot(&atomic, &mut c, &mut admin, base));
@@ -885,6 +887,6 @@ fn main() {
     // The atomic floor's library is the program's own (the store's stays, as any user's does).
     let _: redis::RedisResult<()> = redis::cmd("FUNCTION")
         .arg("DELETE")
-        .arg("rerun_bench_atomic_floor")
+        .arg(ATOMIC_LIBRARY)
         .query(&mut admin);
 }
