@@ -347,6 +347,88 @@ fn a_scan_reads_past_a_malformed_row() {
         .is_empty());
 }
 
+/// A row whose key is not text (a blob, or text that is not UTF-8: rerun writes neither, but the
+/// table's columns take both) is named unreadable, with what is wrong with it, and the scan reads
+/// past it whatever the page size: a page that ends on such a row names its exact bytes.
+#[test]
+fn a_scan_reads_past_a_key_that_is_not_text() {
+    let dir = dir();
+    let path = dir.path().join("keys.sqlite3");
+    let store = SqliteStore::open(&path).unwrap();
+    let keys = ["a", "b", "c"].map(|k| Key::new("s", k));
+    for k in ["a", "b", "c"] {
+        Call::new("s", k).run(&store, || Ok::<_, Error>(1)).unwrap();
+    }
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    let columns = "status, fence, fingerprint, holder, once, boot_id, lease_until, expires_mono, \
+                   expires_wall, result, lease_wall, changed_wall";
+    // In key order: after scope `s`'s text ids, its blob id; then the scopes `s` as a blob and
+    // `\xc3(` as text, which sort after every text scope of valid UTF-8 that starts with `s`.
+    let damaged = [
+        (
+            "'s'",
+            "CAST(x'ff' AS TEXT)",
+            "its id is text that is not UTF-8 (bytes ff)",
+        ),
+        ("'s'", "x'00ff'", "its id is a blob (bytes 00ff)"),
+        (
+            "CAST(x'c328' AS TEXT)",
+            "'k'",
+            "its scope is text that is not UTF-8 (bytes c328)",
+        ),
+        ("x'73'", "'k'", "its scope is a blob (bytes 73)"),
+    ];
+    for (scope, id, _) in damaged {
+        conn.execute(
+            &format!(
+                "INSERT INTO rerun_records (scope, id, {columns}) \
+                 SELECT {scope}, {id}, {columns} FROM rerun_records WHERE id = ?1"
+            ),
+            [keys[0].id()],
+        )
+        .unwrap();
+    }
+    let scan = |filter: &rerun_core::store::ScanFilter, limit: usize| {
+        let (mut records, mut unreadable, mut cursor) = (Vec::new(), Vec::new(), None);
+        for _ in 0..=7 {
+            let page = store
+                .scan_filtered(filter, cursor.as_deref(), limit)
+                .unwrap();
+            records.extend(page.records.into_iter().map(|r| r.key));
+            unreadable.extend(page.unreadable.into_iter().map(|u| u.kind.to_string()));
+            match page.next {
+                Some(next) => cursor = Some(next),
+                None => return (records, unreadable),
+            }
+        }
+        panic!("a scan of 7 rows in pages of {limit} did not end");
+    };
+    let all = rerun_core::store::ScanFilter::new();
+    for limit in 1..=8 {
+        let (records, unreadable) = scan(&all, limit);
+        assert_eq!(records, keys, "pages of {limit}");
+        assert_eq!(
+            unreadable.len(),
+            damaged.len(),
+            "pages of {limit}: {unreadable:?}"
+        );
+        for ((_, _, fault), kind) in damaged.iter().zip(&unreadable) {
+            assert!(kind.contains(fault), "pages of {limit}: {kind:?}");
+        }
+    }
+    // A scope filter selects by the stored bytes: scope `s` holds the two damaged ids.
+    for limit in [1, 2, 10] {
+        let (records, unreadable) = scan(&all.clone().scope_prefix("s"), limit);
+        assert_eq!(records, keys);
+        assert_eq!(unreadable.len(), 2, "{unreadable:?}");
+    }
+    // The rows are left as they are: nothing was lost, nor written.
+    let rows: i64 = conn
+        .query_row("SELECT count(*) FROM rerun_records", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(rows, 7);
+}
+
 #[test]
 fn many_openers_of_a_new_file_create_the_schema_once() {
     let dir = dir();

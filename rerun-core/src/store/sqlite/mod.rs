@@ -23,6 +23,7 @@
 //! The schema and statements are in `sql`, the connection pool (capped, shrinking, fork-aware)
 //! in `pool`.
 
+mod cursor;
 mod pool;
 mod row;
 mod sql;
@@ -43,10 +44,10 @@ use crate::record::{
     Replay, Status,
 };
 use crate::store::{
-    async_via_sync, call_deadline, decode_cursor, encode_cursor, forward_store_to_inner,
-    ScanFilter, ScanPage, Store, Unreadable,
+    async_via_sync, call_deadline, forward_store_to_inner, ScanFilter, ScanPage, Store, Unreadable,
 };
 
+use cursor::RowKey;
 use pool::{Conn, Pool};
 use row::{claim_record_of, record_of, record_of_shape, to_sql_ns};
 pub use sql::SCHEMA_VERSION;
@@ -751,7 +752,7 @@ impl Store for Inner {
         cursor: Option<&str>,
         limit: usize,
     ) -> Result<ScanPage, Error> {
-        let after = cursor.map(decode_cursor).transpose()?;
+        let after = cursor.map(RowKey::from_cursor).transpose()?;
         let limit = limit.max(1);
         let upper = filter.scope_upper_bound();
         let open = [Status::InProgress, Status::Unknown];
@@ -765,10 +766,14 @@ impl Store for Inner {
             !filter.skip_results,
         );
         self.with(None, self.busy_timeout, |conn| {
-            let (scope, id) = after
-                .as_ref()
-                .map(|k| (Some(k.scope()), k.id()))
-                .unwrap_or((None, ""));
+            // `?1` NULL: from the first row.
+            let (scope, id) = match &after {
+                Some(after) => {
+                    let (scope, id) = after.params();
+                    (Some(scope), Some(id))
+                }
+                None => (None, None),
+            };
             let mut stmt = conn
                 .prepare_cached(&sql)
                 .map_err(|e| sql_err(None, "scanning records", e))?;
@@ -796,7 +801,7 @@ impl Store for Inner {
             let skip = filter.skip_results;
             let rows = stmt
                 .query_map(args.as_slice(), |r| {
-                    let key = Key::from_parts(r.get::<_, String>(10)?, r.get::<_, String>(11)?);
+                    let key = RowKey::read(r.get_ref(10)?, r.get_ref(11)?);
                     Ok((record_of_shape(r, skip), key))
                 })
                 .map_err(|e| sql_err(None, "scanning records", e))?;
@@ -805,21 +810,24 @@ impl Store for Inner {
             let mut read = 0;
             let mut last = None;
             for row in rows {
-                let (rec, key) = row.map_err(|e| sql_err(None, "scanning records", e))?;
-                match rec {
-                    Ok(rec) => page.records.push(rec.view(&key, now, this_boot())),
-                    // Read past: one damaged row must not hide the others.
-                    Err(kind) => page.unreadable.push(Unreadable {
+                let (rec, row_key) = row.map_err(|e| sql_err(None, "scanning records", e))?;
+                // Read past: one damaged row, or one whose key is not text, must not hide the
+                // others.
+                match (&row_key, rec) {
+                    (RowKey::Key(key), Ok(rec)) => {
+                        page.records.push(rec.view(key, now, this_boot()))
+                    }
+                    (RowKey::Key(key), Err(kind)) => page.unreadable.push(Unreadable {
                         key: key.clone(),
                         kind,
                     }),
+                    (RowKey::Raw(..), _) => page.unreadable.extend(row_key.not_text()),
                 }
                 read += 1;
-                last = Some(key);
+                last = Some(row_key);
             }
-            page.next = (read == limit)
-                .then(|| last.map(|k| encode_cursor(&k)))
-                .flatten();
+            // The next page starts after the last row as stored, damaged or not.
+            page.next = (read == limit).then(|| last.map(|k| k.cursor())).flatten();
             Ok(page)
         })
     }
