@@ -73,7 +73,7 @@ pub use record::{Fence, RecordView, Status};
 pub use recover::{recover, Recover, Recovery};
 pub use runtime::observe::{observe, observe_async, Observed};
 pub use runtime::telemetry;
-pub use runtime::{Call, Options, Outcome, Reconciled, MAX_DURATION, MIN_LEASE};
+pub use runtime::{Call, Options, Outcome, Reconciled, DEFAULT_SETTLE, MAX_DURATION, MIN_LEASE};
 pub use store::memory::MemoryStore;
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]

@@ -147,8 +147,12 @@ fn storm_child() {
                     .map_err(pg_error)?;
                     Ok::<_, Error>(())
                 };
+                // A statement a killed consumer left in its socket reaches this local database
+                // within milliseconds; the default wait of a second would rarely end here, where
+                // a consumer is SIGKILLed every few hundred milliseconds.
                 Call::new("storm.send_receipt", &e.event_id)
                     .once()
+                    .settle(Duration::from_millis(250))
                     .run_async_reconciled(&*store, reconcile, send)
                     .await?;
                 Ok::<_, Error>(e.cents)

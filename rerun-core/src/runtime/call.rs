@@ -140,6 +140,13 @@ impl Call {
         self
     }
 
+    /// With `once`: how long a reconcile waits for an earlier attempt's effects to land
+    /// (default 1 s; see [`Options::settle`]).
+    pub fn settle(mut self, settle: Duration) -> Call {
+        self.options = self.options.settle(settle);
+        self
+    }
+
     /// The key.
     pub fn key(&self) -> &Key {
         &self.key

@@ -17,4 +17,4 @@ pub use call::{Call, Outcome, Reconciled};
 #[cfg(feature = "tokio")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 pub use detached::{detach, Detached};
-pub use options::{Options, MAX_DURATION, MIN_LEASE};
+pub use options::{Options, DEFAULT_SETTLE, MAX_DURATION, MIN_LEASE};

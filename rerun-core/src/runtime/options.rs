@@ -1,4 +1,4 @@
-//! Per-call options: ttl, lease, wait and once, and the limits they must keep.
+//! Per-call options: ttl, lease, wait, once and settle, and the limits they must keep.
 
 use std::time::Duration;
 
@@ -11,7 +11,8 @@ pub const MAX_DURATION: Duration = Duration::from_secs(100 * 365 * 86_400);
 /// lose its claim to a hiccup.
 pub const MIN_LEASE: Duration = Duration::from_secs(1);
 
-/// How a call is run: the arguments `ttl`, `lease`, `wait` and `once` of `#[idempotent]`.
+/// How a call is run: the arguments `ttl`, `lease`, `wait` and `once` of `#[idempotent]`, and
+/// how long a reconcile waits for an earlier attempt's effects to land ([`Options::settle`]).
 ///
 /// ```
 /// use std::time::Duration;
@@ -26,16 +27,23 @@ pub struct Options {
     lease: Duration,
     wait: Option<Duration>,
     once: bool,
+    settle: Duration,
 }
 
+/// How long a reconcile function waits by default ([`Options::settle`]): a request sent over
+/// loopback or a LAN, queued behind other work on a busy database, and one TCP retransmission.
+pub const DEFAULT_SETTLE: Duration = Duration::from_secs(1);
+
 impl Options {
-    /// The defaults: a 24 h ttl, a 30 s lease, no waiting, replayable.
+    /// The defaults: a 24 h ttl, a 30 s lease, no waiting, replayable; a reconcile waits
+    /// [`DEFAULT_SETTLE`].
     pub const fn new() -> Options {
         Options {
             ttl: Duration::from_secs(24 * 3600),
             lease: Duration::from_secs(30),
             wait: None,
             once: false,
+            settle: DEFAULT_SETTLE,
         }
     }
     /// How long a completed record is kept and replayed.
@@ -58,6 +66,32 @@ impl Options {
     pub const fn once(mut self) -> Options {
         self.once = true;
         self
+    }
+    /// With `once`: how long a call that finds an earlier attempt's outcome unknown waits, once
+    /// it has taken the key over, before its reconcile function looks at the world (default
+    /// [`DEFAULT_SETTLE`]).
+    ///
+    /// A process that dies can leave its effect on the way: a request already in a socket, a
+    /// statement the database has not run yet. A holder found dead is taken over at once (its
+    /// fence is refused from then on), and a reconcile that looked at once could miss that
+    /// effect, answer `NotDone` and let the body run a second time. Waiting lets it land first.
+    /// Raise it when effects travel far (another region, a queue in between); an effect that
+    /// can arrive later than any wait needs a check of its own, such as the provider's
+    /// idempotency key or the claim's fence (see [`crate::checkpoint::current_fence`]).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use rerun_core::Options;
+    /// let send = Options::new().once().settle(Duration::from_secs(5));
+    /// assert_eq!(send.settle_duration(), Duration::from_secs(5));
+    /// ```
+    pub const fn settle(mut self, settle: Duration) -> Options {
+        self.settle = settle;
+        self
+    }
+    /// The settle time.
+    pub const fn settle_duration(&self) -> Duration {
+        self.settle
     }
     /// The ttl.
     pub const fn ttl_duration(&self) -> Duration {
@@ -98,6 +132,7 @@ impl Options {
         if let Some(e) = too_long("ttl", self.ttl)
             .or_else(|| too_long("lease", self.lease))
             .or_else(|| self.wait.and_then(|w| too_long("wait", w)))
+            .or_else(|| too_long("settle", self.settle))
         {
             return Err(e);
         }

@@ -511,6 +511,13 @@ where
             report.verdict = Verdict::Unknown;
             return Err(Error::OutcomeUnknown { key: key.clone() }.into());
         };
+        // The earlier attempt may have sent its effect just before it died (a request in a
+        // socket, a statement not yet run): let it land before the reconcile looks. The claim
+        // is ours meanwhile, and renewed.
+        let settle = options.settle_duration();
+        if !settle.is_zero() {
+            backend.sleep(settle).await;
+        }
         match reconcile().await {
             Ok(Reconciled::Done(value)) => {
                 tracing::info!(
