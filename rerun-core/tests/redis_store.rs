@@ -701,6 +701,14 @@ fn a_scan_and_a_recovery_read_past_a_record_that_cannot_be_read() {
         .arg("not a record")
         .query(&mut raw(&url))
         .unwrap();
+    // A name under the prefix that is not UTF-8: rerun never writes one, something else did.
+    let mut not_utf8 = store.record_key(&Key::new("s", "zz")).into_bytes();
+    not_utf8.insert(not_utf8.len() - 1, 0xff);
+    let _: () = redis::cmd("SET")
+        .arg(&not_utf8)
+        .arg("not a record")
+        .query(&mut raw(&url))
+        .unwrap();
     let stuck = Key::new("s", "stuck");
     let fp = Fingerprint::of(&()).unwrap();
     claimed(claim(
@@ -716,7 +724,11 @@ fn a_scan_and_a_recovery_read_past_a_record_that_cannot_be_read() {
     loop {
         let page = store.scan(cursor.as_deref(), 1).unwrap();
         records.extend(page.records.into_iter().map(|r| r.key.readable_id()));
-        unreadable.extend(page.unreadable.into_iter().map(|u| u.key));
+        unreadable.extend(
+            page.unreadable
+                .into_iter()
+                .map(|u| (u.key, u.kind.to_string().contains("is not UTF-8 (bytes "))),
+        );
         match page.next {
             Some(next) => cursor = Some(next),
             None => break,
@@ -726,7 +738,14 @@ fn a_scan_and_a_recovery_read_past_a_record_that_cannot_be_read() {
         records,
         BTreeSet::from(["a".into(), "b".into(), "stuck".into()])
     );
-    assert_eq!(unreadable, BTreeSet::from([bad]), "{unreadable:?}");
+    assert_eq!(unreadable.len(), 2, "{unreadable:?}");
+    assert!(unreadable.contains(&(bad, false)), "{unreadable:?}");
+    assert!(
+        unreadable
+            .iter()
+            .any(|(k, named)| *named && k.scope() == "s"),
+        "{unreadable:?}"
+    );
     std::thread::sleep(Duration::from_millis(300));
     let done = rerun_core::recover(&store).unwrap();
     assert_eq!(done.released, 1, "{done}");

@@ -106,7 +106,7 @@ use conn::{AsyncConn, Pool};
 use durability::OnceDurability;
 pub use durability::Persistence;
 use functions::Library;
-use names::{parse_record_key, record_key, scan_pattern_within, split_prefix};
+use names::{parse_record_key, record_key, scan_pattern_within, split_prefix, unreadable_name};
 use reply::{newer, parse_claim, parse_fenced, parse_view, unexpected, Fenced};
 use scripts::{claim_args, complete_args, span_us, Arg, Scripts, Transition, FENCE_KEEP_MS};
 
@@ -827,12 +827,14 @@ impl Store for RedisStore {
             })?,
         };
         let pattern = scan_pattern_within(&self.inner.prefix, filter.scope_prefix.as_deref());
-        let mut names: Vec<String> = Vec::new();
+        // As bytes: a name under the prefix that is not UTF-8 (written by something else than
+        // rerun) is named as unreadable below, and must not fail the step that found it.
+        let mut names: Vec<Vec<u8>> = Vec::new();
         let mut count = first_scan_count(limit);
         // SCAN may answer a step without matches; go on until there is something to return
         // or the iteration is over.
         loop {
-            let (next, found): (u64, Vec<String>) = self.sync_call(
+            let (next, found): (u64, Vec<Vec<u8>>) = self.sync_call(
                 None,
                 "scanning records",
                 self.inner.response_timeout,
@@ -857,9 +859,16 @@ impl Store for RedisStore {
         // its table of keys to another size): each record is read and returned once a page.
         names.sort_unstable();
         names.dedup();
+        let mut not_text = Vec::new();
         let keys: Vec<(Key, String)> = names
             .into_iter()
-            .filter_map(|name| parse_record_key(&self.inner.prefix, &name).map(|k| (k, name)))
+            .filter_map(|name| match String::from_utf8(name) {
+                Ok(name) => parse_record_key(&self.inner.prefix, &name).map(|k| (k, name)),
+                Err(e) => {
+                    not_text.push(e.into_bytes());
+                    None
+                }
+            })
             .collect();
         // All records of the page in one round trip.
         let replies: Vec<Value> = if keys.is_empty() {
@@ -877,7 +886,11 @@ impl Store for RedisStore {
         };
         let mut page = ScanPage {
             records: Vec::with_capacity(keys.len()),
-            unreadable: Vec::new(),
+            unreadable: not_text
+                .iter()
+                .map(|name| unreadable_name(&self.inner.prefix, name))
+                .filter(|u| filter.holds_scope(u.key.scope()))
+                .collect(),
             next: (cursor != 0).then(|| cursor.to_string()),
         };
         for ((key, name), reply) in keys.iter().zip(&replies) {

@@ -1,8 +1,9 @@
 //! Redis key names of records: `PREFIX{SCOPE:ID}`, escaped so that no two keys share a name,
 //! and the key prefix a URL may carry.
 
-use crate::error::Error;
+use crate::error::{CorruptKind, Error};
 use crate::key::Key;
+use crate::store::{hex, Unreadable};
 
 /// Takes a `prefix=` query parameter out of the URL (the driver does not know it).
 pub(super) fn split_prefix(url: &str) -> Result<(String, Option<String>), Error> {
@@ -107,6 +108,21 @@ pub(super) fn parse_record_key(prefix: &str, name: &str) -> Option<Key> {
         .strip_suffix('}')?;
     let (scope, id) = tag.split_once(':')?;
     Some(Key::from_parts(unescape(scope)?, unescape(id)?))
+}
+
+/// A name under `prefix` that is not UTF-8, as a scan lists it: unreadable, under the key its
+/// name gives with invalid UTF-8 replaced. rerun never writes one.
+pub(super) fn unreadable_name(prefix: &str, name: &[u8]) -> Unreadable {
+    let lossy = String::from_utf8_lossy(name);
+    Unreadable {
+        key: parse_record_key(prefix, &lossy)
+            .unwrap_or_else(|| Key::from_parts("", lossy.clone().into_owned())),
+        kind: CorruptKind::Record(format!(
+            "the record's name is not UTF-8 (bytes {}); rerun never writes one, so the key was \
+             written by something else (redis-cli can show and delete it)",
+            hex(name)
+        )),
+    }
 }
 
 /// `SCAN MATCH` pattern of the records under `prefix` whose scope starts with `scope_prefix`.

@@ -15,7 +15,7 @@ use rusqlite::types::{ToSql, ToSqlOutput, ValueRef};
 
 use crate::error::{CorruptKind, Error};
 use crate::key::Key;
-use crate::store::{decode_cursor, encode_cursor, Unreadable};
+use crate::store::{decode_cursor, encode_cursor, hex, Unreadable};
 
 /// One key column's stored value.
 #[derive(Debug, Clone, PartialEq)]
@@ -186,14 +186,6 @@ impl RowKey {
             RowKey::Raw(scope, id) => (scope.clone(), id.clone()),
         }
     }
-}
-
-fn hex(bytes: &[u8]) -> String {
-    let mut out = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        let _ = write!(out, "{b:02x}");
-    }
-    out
 }
 
 fn unhex(s: &str) -> Option<Vec<u8>> {
