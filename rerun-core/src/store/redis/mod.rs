@@ -859,14 +859,24 @@ impl Store for RedisStore {
         // its table of keys to another size): each record is read and returned once a page.
         names.sort_unstable();
         names.dedup();
-        let mut not_text = Vec::new();
+        // A name rerun would not write for any key is named in the page, not read as a record.
+        let mut foreign = Vec::new();
         let keys: Vec<(Key, String)> = names
             .into_iter()
-            .filter_map(|name| match String::from_utf8(name) {
-                Ok(name) => parse_record_key(&self.inner.prefix, &name).map(|k| (k, name)),
-                Err(e) => {
-                    not_text.push(e.into_bytes());
-                    None
+            .filter_map(|name| {
+                let name = String::from_utf8(name).map_err(|e| e.into_bytes());
+                match name {
+                    Ok(name) => match parse_record_key(&self.inner.prefix, &name) {
+                        Some(key) => Some((key, name)),
+                        None => {
+                            foreign.push(name.into_bytes());
+                            None
+                        }
+                    },
+                    Err(bytes) => {
+                        foreign.push(bytes);
+                        None
+                    }
                 }
             })
             .collect();
@@ -886,7 +896,7 @@ impl Store for RedisStore {
         };
         let mut page = ScanPage {
             records: Vec::with_capacity(keys.len()),
-            unreadable: not_text
+            unreadable: foreign
                 .iter()
                 .map(|name| unreadable_name(&self.inner.prefix, name))
                 .filter(|u| filter.holds_scope(u.key.scope()))
@@ -1082,6 +1092,27 @@ mod tests {
             assert_eq!(parse_record_key("p:", n).as_ref(), Some(k));
         }
         assert_eq!(parse_record_key("p:", "q:{a:b}"), None);
+        // Names that only resemble a record's: each would be read under a key whose name is
+        // another, so `forget` could never reach them.
+        for odd in [
+            "p:{ab}",
+            "p:{a:b}}",
+            "p:{a:b%3Ac}",
+            "p:{a:%7}",
+            "p:{a:%zz}",
+            "p:{a{:b}",
+        ] {
+            assert_eq!(parse_record_key("p:", odd), None, "{odd}");
+            let listed = unreadable_name("p:", odd.as_bytes());
+            assert!(
+                listed.kind.to_string().contains("is not one rerun writes"),
+                "{odd}: {listed:?}"
+            );
+        }
+        let listed = unreadable_name("p:", b"p:{a:b%3Ac}");
+        assert_eq!(listed.key, Key::from_parts("a", "b:c"));
+        let listed = unreadable_name("p:", b"p:{ab}");
+        assert_eq!(listed.key, Key::from_parts("", "p:{ab}"));
     }
 
     #[test]

@@ -101,7 +101,16 @@ pub(super) fn layout_marker(prefix: &str) -> String {
     format!("{prefix}rerun-layout")
 }
 
+/// The key a record's name spells, when it is the name rerun writes for that key: a name that
+/// only resembles one (`{a:b}}`, `%3A` in an id, a bad escape) is not read as a record, since
+/// `forget` and every call would reach a different name.
 pub(super) fn parse_record_key(prefix: &str, name: &str) -> Option<Key> {
+    let key = loose_record_key(prefix, name)?;
+    (record_key(prefix, &key) == name).then_some(key)
+}
+
+/// The key a name under `prefix` seems to spell, canonical or not.
+fn loose_record_key(prefix: &str, name: &str) -> Option<Key> {
     let tag = name
         .strip_prefix(prefix)?
         .strip_prefix('{')?
@@ -110,15 +119,21 @@ pub(super) fn parse_record_key(prefix: &str, name: &str) -> Option<Key> {
     Some(Key::from_parts(unescape(scope)?, unescape(id)?))
 }
 
-/// A name under `prefix` that is not UTF-8, as a scan lists it: unreadable, under the key its
-/// name gives with invalid UTF-8 replaced. rerun never writes one.
+/// A name a scan of the records under `prefix` found that rerun would not have written: not
+/// UTF-8, or not the name of the key it seems to spell. It is listed unreadable, under that
+/// key (invalid UTF-8 replaced), or under its whole name where it spells none.
 pub(super) fn unreadable_name(prefix: &str, name: &[u8]) -> Unreadable {
     let lossy = String::from_utf8_lossy(name);
+    let why = if std::str::from_utf8(name).is_err() {
+        "is not UTF-8"
+    } else {
+        "is not one rerun writes for any key (a character its escapes cover, or a bad escape)"
+    };
     Unreadable {
-        key: parse_record_key(prefix, &lossy)
+        key: loose_record_key(prefix, &lossy)
             .unwrap_or_else(|| Key::from_parts("", lossy.clone().into_owned())),
         kind: CorruptKind::Record(format!(
-            "the record's name is not UTF-8 (bytes {}); rerun never writes one, so the key was \
+            "the record's name {why} (bytes {}); rerun never writes one, so the key was \
              written by something else (redis-cli can show and delete it)",
             hex(name)
         )),
