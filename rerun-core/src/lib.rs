@@ -127,7 +127,13 @@ pub mod __private {
     use serde::Serialize;
 
     /// Builds the options from milliseconds computed at compile time.
-    pub const fn options(ttl_ms: u64, lease_ms: u64, wait_ms: Option<u64>, once: bool) -> Options {
+    pub const fn options(
+        ttl_ms: u64,
+        lease_ms: u64,
+        wait_ms: Option<u64>,
+        once: bool,
+        settle_ms: Option<u64>,
+    ) -> Options {
         let mut o = Options::new()
             .ttl(Duration::from_millis(ttl_ms))
             .lease(Duration::from_millis(lease_ms));
@@ -136,6 +142,9 @@ pub mod __private {
         }
         if once {
             o = o.once();
+        }
+        if let Some(s) = settle_ms {
+            o = o.settle(Duration::from_millis(s));
         }
         o
     }

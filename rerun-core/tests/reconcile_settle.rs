@@ -113,6 +113,73 @@ fn a_settle_time_past_the_longest_duration_is_a_config_error() {
     );
 }
 
+static SENT_BY_MACRO: AtomicU32 = AtomicU32::new(0);
+
+fn counted(_store: &&MemoryStore, _id: &&str, _die: &bool) -> Result<Reconciled<()>, Error> {
+    Ok(match SENT_BY_MACRO.load(Ordering::SeqCst) {
+        0 => Reconciled::NotDone,
+        _ => Reconciled::Done(()),
+    })
+}
+
+/// `settle = "…"` of `#[idempotent]` reaches the call: here a wait longer than the default.
+#[rerun_core::idempotent(key = id, store = store, skip(die), once, reconcile = counted, settle = "1500ms")]
+fn send(store: &MemoryStore, id: &str, die: bool) -> Result<(), Error> {
+    if die {
+        panic!("the process died mid-send");
+    }
+    SENT_BY_MACRO.fetch_add(1, Ordering::SeqCst);
+    Ok(())
+}
+
+#[test]
+fn the_settle_argument_of_the_attribute_sets_the_wait() {
+    let store = MemoryStore::new();
+    let died = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        send(&store, "welcome", true)
+    }));
+    assert!(died.is_err());
+    let t0 = Instant::now();
+    send(&store, "welcome", false).unwrap();
+    assert!(
+        t0.elapsed() >= Duration::from_millis(1500),
+        "{:?}",
+        t0.elapsed()
+    );
+    assert_eq!(SENT_BY_MACRO.load(Ordering::SeqCst), 1);
+}
+
+#[derive(serde::Serialize, rerun_core::Idempotent)]
+#[rerun(once, reconcile = delivered, settle = "0s")]
+struct Delivered {
+    #[rerun(key)]
+    id: String,
+}
+
+fn delivered(_: &Delivered) -> Result<Reconciled<()>, Error> {
+    Ok(Reconciled::NotDone)
+}
+
+#[derive(serde::Serialize, rerun_core::Idempotent)]
+#[rerun(once, reconcile = delivered_default)]
+struct DeliveredByDefault {
+    #[rerun(key)]
+    id: String,
+}
+
+fn delivered_default(_: &DeliveredByDefault) -> Result<Reconciled<()>, Error> {
+    Ok(Reconciled::NotDone)
+}
+
+#[test]
+fn the_settle_argument_of_the_derive_sets_the_wait() {
+    use rerun_core::Idempotent as _;
+    let now = Delivered { id: "a".into() };
+    assert_eq!(now.options().settle_duration(), Duration::ZERO);
+    let default = DeliveredByDefault { id: "a".into() };
+    assert_eq!(default.options().settle_duration(), DEFAULT_SETTLE);
+}
+
 #[cfg(feature = "postgres")]
 const ROLE: &str = "RERUN_SETTLE_ROLE";
 #[cfg(feature = "postgres")]

@@ -304,6 +304,17 @@ pub struct Millis {
     pub ms: u64,
 }
 
+/// An optional duration as generated code: `Some(ms)` or `None`.
+pub fn optional_ms(m: Option<&Millis>) -> TokenStream {
+    match m {
+        Some(m) => {
+            let ms = m.ms;
+            quote!(::core::option::Option::Some(#ms))
+        }
+        None => quote!(::core::option::Option::None),
+    }
+}
+
 /// The longest `ttl`, `lease` or `wait`: 100 years of 365 days, as the runtime checks it.
 pub const MAX_DURATION_SECS: u64 = 3_153_600_000;
 /// The shortest `lease`, as the runtime checks it.

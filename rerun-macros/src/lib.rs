@@ -67,6 +67,7 @@ use proc_macro::TokenStream;
 /// | `wait = "10s"` | on finding the key in progress, wait up to this long for its result instead of returning `Error::InProgress`; may be `0s` | no waiting |
 /// | `once` | at most once: the body never starts twice for one key; an attempt that died mid-body makes the next call `Error::OutcomeUnknown` | off (replayable) |
 /// | `reconcile = path` | with `once`: called instead when an earlier attempt died mid-body, returns `Result<Reconciled<T>, E>` (`Done(t)` records `t`; `NotDone` runs the body) | none |
+/// | `settle = "1s"` | with `reconcile`: how long the call that takes over a dead attempt waits, holding the key, before calling `reconcile`, so that an effect the dead process left on the way (a request in a socket, a statement not yet run) lands first; `0s` calls it at once | `1s` (`rerun_core::DEFAULT_SETTLE`) |
 /// | `crate = path` | the path of `rerun_core` when it is renamed | `::rerun_core` |
 ///
 /// The payload fingerprint covers every argument except the receiver, those in `skip(...)`,
@@ -222,8 +223,8 @@ use proc_macro::TokenStream;
 /// - not a `Result`: ``an #[idempotent] function returns `Result<T, E>` so that its `Ok` can be
 ///   recorded and an `Err` retried, but `charge` returns `u64`; write
 ///   `-> Result<u64, rerun_core::Error>` or use your own error type``
-/// - `skip` of no argument, `reconcile` without `once`, `reconcile` on a `&mut self` method,
-///   a flag with a value (`once = true`).
+/// - `skip` of no argument, `reconcile` without `once`, `settle` without `reconcile`,
+///   `reconcile` on a `&mut self` method, a flag with a value (`once = true`).
 ///
 /// Trait bounds read the same way, at the user's tokens: an argument that is not `Serialize`
 /// (``this argument is part of the payload fingerprint, but its type `&mut Db` does not
@@ -280,7 +281,8 @@ pub fn idempotent(attr: TokenStream, item: TokenStream) -> TokenStream {
 ///
 /// On the type: `scope = "name"` (default: module path and type name), `ttl`, `lease`, `wait`
 /// (with the same limits),
-/// `once`, `reconcile = path` and `crate = path`, as for [`macro@idempotent`]. The `reconcile`
+/// `once`, `reconcile = path`, `settle` (with `reconcile`) and `crate = path`, as for
+/// [`macro@idempotent`]. The `reconcile`
 /// function takes `&Self` and returns `Result<Reconciled<Output>, Error>` of the handler.
 ///
 /// On fields: `key` (several `key` fields make a composite key, in field order) and `skip`
@@ -341,7 +343,8 @@ pub fn idempotent(attr: TokenStream, item: TokenStream) -> TokenStream {
 ///   identifies it with `#[rerun(key)]`, as in `Refunded { #[rerun(key)] id: String, … }` ``
 /// - a field argument on the type (or the reverse): ``key` goes on a field, not on the type:
 ///   `#[rerun(key)] event_id: String` ``
-/// - unknown and repeated arguments, bad durations, `reconcile` without `once`, unions.
+/// - unknown and repeated arguments, bad durations, `reconcile` without `once`, `settle` without
+///   `reconcile`, unions.
 ///
 /// ```compile_fail
 /// use rerun_core::Idempotent;

@@ -11,8 +11,9 @@ pub const MAX_DURATION: Duration = Duration::from_secs(100 * 365 * 86_400);
 /// lose its claim to a hiccup.
 pub const MIN_LEASE: Duration = Duration::from_secs(1);
 
-/// How a call is run: the arguments `ttl`, `lease`, `wait` and `once` of `#[idempotent]`, and
-/// how long a reconcile waits for an earlier attempt's effects to land ([`Options::settle`]).
+/// How a call is run: the arguments `ttl`, `lease`, `wait`, `once` and `settle` of
+/// `#[idempotent]` (the last, how long a reconcile waits for an earlier attempt's effects to
+/// land: [`Options::settle`]).
 ///
 /// ```
 /// use std::time::Duration;
@@ -69,7 +70,7 @@ impl Options {
     }
     /// With `once`: how long a call that finds an earlier attempt's outcome unknown waits, once
     /// it has taken the key over, before its reconcile function looks at the world (default
-    /// [`DEFAULT_SETTLE`]).
+    /// [`DEFAULT_SETTLE`]; `settle = "5s"` beside `reconcile` in the macros).
     ///
     /// A process that dies can leave its effect on the way: a request already in a socket, a
     /// statement the database has not run yet. A holder found dead is taken over at once (its

@@ -39,6 +39,11 @@ const CONTAINER: &[Known] = &[
         example: "reconcile = check_charge",
     },
     Known {
+        name: "settle",
+        kind: Kind::Str,
+        example: "settle = \"5s\"",
+    },
+    Known {
         name: "crate",
         kind: Kind::ModPath,
         example: "crate = ::rerun_core",
@@ -99,6 +104,11 @@ const FIELD: &[Known] = &[
         example: "reconcile = check_charge",
     },
     Known {
+        name: "settle",
+        kind: Kind::Str,
+        example: "settle = \"5s\"",
+    },
+    Known {
         name: "crate",
         kind: Kind::ModPath,
         example: "crate = ::rerun_core",
@@ -113,6 +123,7 @@ pub struct Container {
     pub wait: Option<Millis>,
     pub once: Option<Ident>,
     pub reconcile: Option<(Ident, ExprPath)>,
+    pub settle: Option<(Ident, Millis)>,
     pub krate: Option<Path>,
 }
 
@@ -193,10 +204,11 @@ fn container(attrs: &[Attribute], errors: &mut Errors) -> Container {
                     common::check_scope(&s, errors);
                     c.scope = Some(s);
                 }
-                ("ttl" | "lease" | "wait", Value::Str(s)) => match common::duration(&s, &spelled) {
+                ("ttl" | "lease" | "wait" | "settle", Value::Str(s)) => match common::duration(&s, &spelled) {
                     Ok(ms) => match spelled.as_str() {
                         "ttl" => c.ttl = Some(ms),
                         "lease" => c.lease = Some(ms),
+                        "settle" => c.settle = Some((name, ms)),
                         _ => c.wait = Some(ms),
                     },
                     Err(e) => errors.push(e),
@@ -216,6 +228,12 @@ fn container(attrs: &[Attribute], errors: &mut Errors) -> Container {
         errors.spanned(
             word,
             "`reconcile` is only for `once` handlers, since a replayable handler simply runs again; add `once`, as in `#[rerun(once, reconcile = check_charge)]`",
+        );
+    }
+    if let (Some((word, _)), None) = (&c.settle, &c.reconcile) {
+        errors.spanned(
+            word,
+            "`settle` is how long a reconcile function waits for a dead attempt's effects to land, so it needs one; add it, as in `#[rerun(once, reconcile = check_charge, settle = \"5s\")]`, or remove `settle`",
         );
     }
     c

@@ -6,7 +6,7 @@ use quote::{format_ident, quote, quote_spanned};
 use syn::{DeriveInput, Member};
 
 use super::attr::{Model, Variant};
-use crate::common::{respan, runtime, tuple};
+use crate::common::{optional_ms, respan, runtime, tuple};
 
 /// `IntoKey` is implemented for tuples of up to eight parts.
 const KEY_TUPLE: usize = 8;
@@ -48,14 +48,9 @@ pub fn expand(input: &DeriveInput, model: &Model) -> TokenStream {
     let c = &model.container;
     let ttl = c.ttl.as_ref().map_or(24 * 3600 * 1000, |m| m.ms);
     let lease = c.lease.as_ref().map_or(30_000, |m| m.ms);
-    let wait = match &c.wait {
-        Some(m) => {
-            let ms = m.ms;
-            quote!(::core::option::Option::Some(#ms))
-        }
-        None => quote!(::core::option::Option::None),
-    };
+    let wait = optional_ms(c.wait.as_ref());
     let once = c.once.is_some();
+    let settle = optional_ms(c.settle.as_ref().map(|(_, m)| m));
     let reconcile = c.reconcile.as_ref().map(|(_, path)| {
         // Spanned on the path: a function of the wrong shape is reported there.
         let check = respan(
@@ -82,7 +77,7 @@ pub fn expand(input: &DeriveInput, model: &Model) -> TokenStream {
                     #fingerprint_body
                 }
                 fn options(&self) -> #rt::Options {
-                    const __RERUN_OPTIONS: #rt::Options = #rt::options(#ttl, #lease, #wait, #once);
+                    const __RERUN_OPTIONS: #rt::Options = #rt::options(#ttl, #lease, #wait, #once, #settle);
                     __RERUN_OPTIONS
                 }
                 #reconcile

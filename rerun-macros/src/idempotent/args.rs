@@ -53,6 +53,11 @@ pub const KNOWN: &[Known] = &[
         example: "reconcile = check_charge",
     },
     Known {
+        name: "settle",
+        kind: Kind::Str,
+        example: "settle = \"5s\"",
+    },
+    Known {
         name: "crate",
         kind: Kind::ModPath,
         example: "crate = ::rerun_core",
@@ -71,6 +76,7 @@ pub struct Args {
     pub wait: Option<(Ident, Millis)>,
     pub once: Option<Ident>,
     pub reconcile: Option<(Ident, ExprPath)>,
+    pub settle: Option<(Ident, Millis)>,
     pub krate: Option<Path>,
 }
 
@@ -101,17 +107,20 @@ impl Args {
                     args.scope = Some(s);
                 }
                 ("skip", Value::List(names)) => args.skip = names,
-                ("ttl" | "lease" | "wait", Value::Str(s)) => match common::duration(&s, &spelled) {
-                    Ok(ms) => {
-                        let slot = match spelled.as_str() {
-                            "ttl" => &mut args.ttl,
-                            "lease" => &mut args.lease,
-                            _ => &mut args.wait,
-                        };
-                        *slot = Some((name, ms));
+                ("ttl" | "lease" | "wait" | "settle", Value::Str(s)) => {
+                    match common::duration(&s, &spelled) {
+                        Ok(ms) => {
+                            let slot = match spelled.as_str() {
+                                "ttl" => &mut args.ttl,
+                                "lease" => &mut args.lease,
+                                "settle" => &mut args.settle,
+                                _ => &mut args.wait,
+                            };
+                            *slot = Some((name, ms));
+                        }
+                        Err(e) => errors.push(e),
                     }
-                    Err(e) => errors.push(e),
-                },
+                }
                 ("once", Value::Flag) => args.once = Some(name),
                 ("reconcile", Value::Path(p)) => args.reconcile = Some((name, *p)),
                 ("crate", Value::ModPath(p)) => args.krate = Some(p),

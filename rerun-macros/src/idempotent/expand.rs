@@ -9,7 +9,7 @@ use syn::spanned::Spanned as _;
 use super::args::Args;
 use super::item::{self, FnItem};
 use super::validate::{Plan, ReceiverUse, Reconcile, Shape};
-use crate::common::{local, respan, runtime};
+use crate::common::{self, local, respan, runtime};
 
 /// Default ttl and lease, as in `rerun_core::Options::new()`.
 const DEFAULT_TTL_MS: u64 = 24 * 3600 * 1000;
@@ -176,17 +176,12 @@ fn payload(rt: &TokenStream, plan: &Plan) -> TokenStream {
 fn options(rt: &TokenStream, args: &Args) -> TokenStream {
     let ttl = Args::ms(&args.ttl, DEFAULT_TTL_MS);
     let lease = Args::ms(&args.lease, DEFAULT_LEASE_MS);
-    let wait = match &args.wait {
-        Some((_, m)) => {
-            let ms = m.ms;
-            quote!(::core::option::Option::Some(#ms))
-        }
-        None => quote!(::core::option::Option::None),
-    };
+    let wait = common::optional_ms(args.wait.as_ref().map(|(_, m)| m));
     let once = args.once.is_some();
+    let settle = common::optional_ms(args.settle.as_ref().map(|(_, m)| m));
     // Built in a const: the durations were parsed by the macro, nothing is left for run time.
     quote!({
-        const __RERUN_OPTIONS: #rt::Options = #rt::options(#ttl, #lease, #wait, #once);
+        const __RERUN_OPTIONS: #rt::Options = #rt::options(#ttl, #lease, #wait, #once, #settle);
         __RERUN_OPTIONS
     })
 }

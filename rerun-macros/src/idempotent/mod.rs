@@ -120,7 +120,16 @@ mod tests {
                 }
             ),
         );
-        assert!(out.contains("options (604800000u64 , 90000u64 , :: core :: option :: Option :: Some (250u64) , false)"), "{out}");
+        assert!(out.contains("options (604800000u64 , 90000u64 , :: core :: option :: Option :: Some (250u64) , false , :: core :: option :: Option :: None)"), "{out}");
+        let out = expand(
+            quote!(key = id, once, reconcile = check, settle = "2s 500ms"),
+            quote!(
+                fn f(id: u64) -> Result<u64, E> {
+                    Ok(id)
+                }
+            ),
+        );
+        assert!(out.contains(", true , :: core :: option :: Option :: Some (2500u64))"), "{out}");
     }
 
     /// No input makes the macro panic: malformed attributes and items become compile errors.

@@ -133,6 +133,9 @@ pub fn check<'a>(
         (Some((_, path)), Some(_)) => check_reconcile(path, params, receiver, errors),
         (None, _) => None,
     };
+    if let (Some((word, _)), None) = (&args.settle, &args.reconcile) {
+        errors.spanned(word, SETTLE_WITHOUT_RECONCILE);
+    }
 
     if !errors.is_empty() {
         return None;
@@ -145,6 +148,9 @@ pub fn check<'a>(
         reconcile,
     })
 }
+
+/// `settle` is read only on the way to a reconcile function.
+const SETTLE_WITHOUT_RECONCILE: &str = "`settle` is how long a reconcile function waits for a dead attempt's effects to land, so it needs one; add it, as in `#[idempotent(key = …, once, reconcile = check_charge, settle = \"5s\")]`, or remove `settle`";
 
 fn return_type<'a>(item: &'a FnItem, shape: &Shape<'a>, errors: &mut Errors) -> Option<&'a Type> {
     let name = &item.sig.ident;
