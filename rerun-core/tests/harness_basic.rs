@@ -1,9 +1,10 @@
 //! The safe-to-rerun harness over correct operations on SQLite, in both modes.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
-use rerun_core::testing::{Effects, Mode, SafeToRerun, Verdict, WorldDir};
-use rerun_core::{Call, Error, Key, Reconciled, SqliteStore, Status, Store};
+use rerun_core::testing::{Effects, Mode, Report, SafeToRerun, Verdict, WorldDir};
+use rerun_core::{Call, Error, Key, Reconciled, SqliteStore, Status, Store, DEFAULT_SETTLE};
 
 /// A shop: its idempotency store, its orders on disk, and the card network's log of charges.
 struct Shop {
@@ -135,6 +136,47 @@ fn once_operation_with_reconcile_converges_in_both_modes() {
     println!("{report}");
     report.assert_passed();
     assert_eq!(report.points().len(), 5);
+}
+
+/// A world of files has every effect in place when its rerun starts, so the harness can give
+/// the calls no settle time: the reruns that reconcile then do not wait. Without it, each waits
+/// the call's own settle time (what the test above pays, a second per point).
+#[test]
+fn the_harness_settle_time_replaces_the_calls_own() {
+    let keys = [Key::new("shop.charge", "ord_1")];
+    let run = |name: &str, settle: Option<Duration>| {
+        let harness = SafeToRerun::new(name, shop, charge, |s: &Shop| seen(s, &keys))
+            .in_process_only()
+            .require_convergence();
+        let report = match settle {
+            Some(settle) => harness.settle(settle),
+            None => harness,
+        }
+        .check();
+        report.assert_passed();
+        report
+    };
+    let waiting = run("shop.charge.waiting", None);
+    let prompt = run("shop.charge.prompt", Some(Duration::ZERO));
+    let took = |report: &Report, point: &str| {
+        report
+            .checks()
+            .iter()
+            .find(|c| c.point.as_ref().is_some_and(|p| p.name == point))
+            .map(|c| c.elapsed)
+    };
+    // The points after the body started leave the outcome unknown: their reruns reconcile.
+    for point in ["rerun.body_started", "charged", "rerun.body_returned"] {
+        let (waited, prompt) = (took(&waiting, point), took(&prompt, point));
+        assert!(
+            waited.is_some_and(|t| t >= DEFAULT_SETTLE),
+            "{point}: {waited:?}"
+        );
+        assert!(
+            prompt.is_some_and(|t| t < DEFAULT_SETTLE),
+            "{point}: {prompt:?}"
+        );
+    }
 }
 
 /// At most once, without reconcile: a crash after the claim leaves the outcome unknown, which

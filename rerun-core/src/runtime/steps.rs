@@ -515,6 +515,8 @@ where
         // socket, a statement not yet run): let it land before the reconcile looks. The claim
         // is ours meanwhile, and renewed.
         let settle = options.settle_duration();
+        #[cfg(feature = "testing")]
+        let settle = crate::testing::harness::settle::current().unwrap_or(settle);
         if !settle.is_zero() {
             backend.sleep(settle).await;
         }

@@ -39,6 +39,7 @@ mod converges;
 mod hook;
 mod recovery;
 mod report;
+pub(crate) mod settle;
 mod world;
 
 use std::any::Any;
@@ -120,6 +121,7 @@ pub struct SafeToRerun<'a, W, T, O> {
     test_name: Option<String>,
     strict: bool,
     child_timeout: Duration,
+    settle: Option<Duration>,
 }
 
 impl<'a, W, T, O> SafeToRerun<'a, W, T, O>
@@ -155,6 +157,7 @@ where
             test_name: None,
             strict: false,
             child_timeout: Duration::from_secs(60),
+            settle: None,
         }
     }
 
@@ -194,9 +197,55 @@ where
         self
     }
 
+    /// The settle time of the calls the checks run, in place of their own
+    /// ([`crate::Options::settle`], `settle = "…"`): how long a rerun that takes over a dead
+    /// attempt waits before its reconcile function looks (a second by default, per crash point
+    /// that reconciles, in each mode).
+    ///
+    /// `Duration::ZERO` is right when the operation's effects land before it goes on, as in a
+    /// world of files and [`Effects`]: the crashed run's effects are all there when its rerun
+    /// starts. Leave it unset when an effect can still be on its way after the crash (a request
+    /// to a server the test runs, a queue), which is what the settle time is for.
+    ///
+    /// It applies to calls made on the thread that runs [`SafeToRerun::check`], as the crash
+    /// points do.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use rerun_core::testing::{SafeToRerun, WorldDir};
+    /// use rerun_core::{Call, Error, MemoryStore, Reconciled};
+    /// use std::sync::Mutex;
+    ///
+    /// struct Mailer { store: MemoryStore, sent: Mutex<u32> }
+    ///
+    /// let report = SafeToRerun::new(
+    ///     "mail.welcome",
+    ///     |_: &WorldDir| Ok::<_, Error>(Mailer { store: MemoryStore::new(), sent: Mutex::new(0) }),
+    ///     |m: &Mailer| {
+    ///         let sent = || *m.sent.lock().unwrap();
+    ///         Call::new("mail.welcome", "u1").once().run_reconciled(
+    ///             &m.store,
+    ///             || Ok::<_, Error>(if sent() > 0 { Reconciled::Done(()) } else { Reconciled::NotDone }),
+    ///             || { *m.sent.lock().unwrap() += 1; Ok(()) },
+    ///         ).map(|o| o.value)
+    ///     },
+    ///     |m: &Mailer| *m.sent.lock().unwrap(),
+    /// )
+    /// .in_process_only()
+    /// .settle(Duration::ZERO) // the mail is counted before the body returns
+    /// .require_convergence()
+    /// .check();
+    /// report.assert_passed();
+    /// ```
+    pub fn settle(mut self, settle: Duration) -> Self {
+        self.settle = Some(settle);
+        self
+    }
+
     /// Runs every check and returns the report; see [`Report::assert_passed`].
     pub fn check(&self) -> Report {
         let started = Instant::now();
+        let _settle = settle::Scoped::set(self.settle);
         let mut report = Report::new(&self.name, self.strict);
         if let Some(order) = child::Order::from_env() {
             if order.name == self.name {
