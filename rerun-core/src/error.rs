@@ -26,6 +26,11 @@ pub enum CorruptKind {
     Decode(String),
     /// A field of the record itself is malformed.
     Record(String),
+    /// A scan met a key rerun would not have written (a name or a key column written by
+    /// something else: not UTF-8, not text, or not escaped as rerun escapes). It is named as
+    /// stored, which no [`Key`] reaches, so [`crate::Store::forget`] cannot remove it: delete it
+    /// with the store's own client (`psql`, `sqlite3`, `redis-cli`).
+    ForeignKey(String),
 }
 
 impl fmt::Display for CorruptKind {
@@ -44,6 +49,11 @@ impl fmt::Display for CorruptKind {
                 )
             }
             CorruptKind::Record(msg) => write!(f, "the record is malformed: {msg}"),
+            CorruptKind::ForeignKey(msg) => write!(
+                f,
+                "the key is not one rerun writes: {msg}; something else wrote it, and rerun \
+                 cannot forget it by a key (delete it with the store's own client)"
+            ),
         }
     }
 }

@@ -224,6 +224,8 @@ impl<'s, 'p, S: Store + ?Sized> Recover<'s, 'p, S> {
                 done.unreadable += 1;
                 if matches!(bad.kind, CorruptKind::UnknownVersion { .. }) {
                     tracing::warn!(key = %bad.key, problem = %bad.kind, "rerun recovery: a record written by a newer rerun cannot be read here; it is left as it is (a process of that version recovers it)");
+                } else if matches!(bad.kind, CorruptKind::ForeignKey(_)) {
+                    tracing::warn!(key = %bad.key, problem = %bad.kind, "rerun recovery: a key rerun never writes is among the records; it is left as it is (no call reaches it: delete it with the store's own client)");
                 } else {
                     tracing::warn!(key = %bad.key, problem = %bad.kind, "rerun recovery: a record cannot be read; it is left as it is, and its calls fail with Corrupt until an operator forgets it");
                 }

@@ -315,7 +315,8 @@ pub fn optional_ms(m: Option<&Millis>) -> TokenStream {
     }
 }
 
-/// The longest `ttl`, `lease` or `wait`: 100 years of 365 days, as the runtime checks it.
+/// The longest `ttl`, `lease`, `wait` or `settle`: 100 years of 365 days, as the runtime
+/// checks it.
 pub const MAX_DURATION_SECS: u64 = 3_153_600_000;
 /// The shortest `lease`, as the runtime checks it.
 pub const MIN_LEASE_SECS: u64 = 1;

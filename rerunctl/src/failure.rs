@@ -93,6 +93,15 @@ impl Failure {
             .help(
                 "use the rerunctl of the rerun release your service runs; the record is probably fine, do not forget it",
             ),
+            CorruptKind::ForeignKey(why) => Failure::new(
+                Kind::Corrupt,
+                format!(
+                    "the store holds {what}, a key rerun did not write: {why}; it was left untouched"
+                ),
+            )
+            .help(
+                "no call of rerun reaches it and `rerunctl forget` cannot name it: look at it, and delete it if it is not yours, with the store's own client (psql, sqlite3 or redis-cli)",
+            ),
             other => Failure::new(
                 Kind::Corrupt,
                 format!("the record of {what} is corrupt: {other}; it was left untouched"),
@@ -243,6 +252,19 @@ mod tests {
         assert!(f
             .help
             .is_some_and(|h| h.contains("rerunctl forget billing.charge evt_1 --yes")));
+        // A key rerun did not write: no `forget` can reach it, so none is suggested.
+        let f = Failure::corrupt(
+            &Key::from_parts("billing.charge", "rerun:{billing.charge:s5:evt%3A1}"),
+            &CorruptKind::ForeignKey("its name escapes a character as rerun does not".into()),
+        );
+        assert!(
+            f.message.contains("a key rerun did not write"),
+            "{}",
+            f.message
+        );
+        assert!(f
+            .help
+            .is_some_and(|h| h.contains("redis-cli") && !h.contains("rerunctl forget ")));
     }
 
     #[test]

@@ -202,7 +202,7 @@ impl From<&RecordView> for RecordJson {
 #[derive(Debug, Serialize)]
 pub struct CorruptJson {
     /// `truncated`, `checksum`, `unknown_version` (written by a newer rerun), `decode`,
-    /// `record`, or `other`.
+    /// `record`, `foreign_key` (a key rerun did not write), or `other`.
     pub kind: &'static str,
     /// What is wrong, in words.
     pub message: String,
@@ -217,6 +217,7 @@ impl From<&CorruptKind> for CorruptJson {
                 CorruptKind::UnknownVersion { .. } => "unknown_version",
                 CorruptKind::Decode(_) => "decode",
                 CorruptKind::Record(_) => "record",
+                CorruptKind::ForeignKey(_) => "foreign_key",
                 _ => "other",
             },
             message: kind.to_string(),

@@ -2,8 +2,9 @@
 
 use std::time::Duration;
 
-/// The longest `ttl`, `lease` or `wait`: 100 years of 365 days. Longer durations overflow the
-/// arithmetic of some stores' clocks (and mean "forever", which a record never needs).
+/// The longest `ttl`, `lease`, `wait` or `settle`: 100 years of 365 days. Longer durations
+/// overflow the arithmetic of some stores' clocks (and mean "forever", which a record never
+/// needs).
 pub const MAX_DURATION: Duration = Duration::from_secs(100 * 365 * 86_400);
 
 /// The shortest lease: a lease must outlast a store round trip and a scheduling stall (a busy

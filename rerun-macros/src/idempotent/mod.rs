@@ -129,7 +129,10 @@ mod tests {
                 }
             ),
         );
-        assert!(out.contains(", true , :: core :: option :: Option :: Some (2500u64))"), "{out}");
+        assert!(
+            out.contains(", true , :: core :: option :: Option :: Some (2500u64))"),
+            "{out}"
+        );
     }
 
     /// No input makes the macro panic: malformed attributes and items become compile errors.

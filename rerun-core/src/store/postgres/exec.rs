@@ -514,7 +514,9 @@ fn view(row: &Row) -> Result<RecordView, Error> {
         _ => {
             return Err(Error::corrupt(
                 &Key::from_parts(scope.clone(), id.clone()),
-                CorruptKind::Record("the key has a backslash that is not an escape".into()),
+                CorruptKind::ForeignKey(
+                    "it has a backslash that is not an escape (shown as stored)".into(),
+                ),
             ))
         }
     };

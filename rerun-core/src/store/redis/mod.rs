@@ -1103,16 +1103,26 @@ mod tests {
             "p:{a{:b}",
         ] {
             assert_eq!(parse_record_key("p:", odd), None, "{odd}");
+            // Named whole: never taken for the record of a key rerun writes.
             let listed = unreadable_name("p:", odd.as_bytes());
             assert!(
-                listed.kind.to_string().contains("is not one rerun writes"),
-                "{odd}: {listed:?}"
+                matches!(listed.kind, crate::CorruptKind::ForeignKey(_)),
+                "{odd}"
             );
+            assert_eq!(listed.key.id(), odd);
         }
         let listed = unreadable_name("p:", b"p:{a:b%3Ac}");
-        assert_eq!(listed.key, Key::from_parts("a", "b:c"));
+        assert_eq!(listed.key, Key::from_parts("a", "p:{a:b%3Ac}"));
+        assert!(listed.kind.to_string().contains("escapes a character"));
         let listed = unreadable_name("p:", b"p:{ab}");
         assert_eq!(listed.key, Key::from_parts("", "p:{ab}"));
+        assert!(listed
+            .kind
+            .to_string()
+            .contains("is not `PREFIX{SCOPE:ID}`"));
+        let listed = unreadable_name("p:", b"p:{a:\xff}");
+        assert_eq!(listed.key, Key::from_parts("a", "p:{a:\u{fffd}}"));
+        assert!(listed.kind.to_string().contains("not UTF-8 (bytes "));
     }
 
     #[test]

@@ -120,23 +120,26 @@ fn loose_record_key(prefix: &str, name: &str) -> Option<Key> {
 }
 
 /// A name a scan of the records under `prefix` found that rerun would not have written: not
-/// UTF-8, or not the name of the key it seems to spell. It is listed unreadable, under that
-/// key (invalid UTF-8 replaced), or under its whole name where it spells none.
+/// UTF-8, or not the name of the key it seems to spell. It is listed unreadable under its
+/// whole name (invalid UTF-8 replaced), so that it is never taken for the record of a key
+/// rerun does write; its scope is the one it seems to spell, for scope filters, if any.
 pub(super) fn unreadable_name(prefix: &str, name: &[u8]) -> Unreadable {
     let lossy = String::from_utf8_lossy(name);
+    let seems = loose_record_key(prefix, &lossy);
     let why = if std::str::from_utf8(name).is_err() {
-        "is not UTF-8"
+        "its name is not UTF-8"
+    } else if seems.is_some() {
+        "its name escapes a character as rerun does not (rerun writes `%25`, `%7B`, `%7D` and, \
+         in the scope, `%3A`, and nothing else)"
     } else {
-        "is not one rerun writes for any key (a character its escapes cover, or a bad escape)"
+        "its name is not `PREFIX{SCOPE:ID}` with rerun's escapes"
     };
     Unreadable {
-        key: loose_record_key(prefix, &lossy)
-            .unwrap_or_else(|| Key::from_parts("", lossy.clone().into_owned())),
-        kind: CorruptKind::Record(format!(
-            "the record's name {why} (bytes {}); rerun never writes one, so the key was \
-             written by something else (redis-cli can show and delete it)",
-            hex(name)
-        )),
+        key: Key::from_parts(
+            seems.map_or(String::new(), |k| k.scope().to_owned()),
+            lossy.into_owned(),
+        ),
+        kind: CorruptKind::ForeignKey(format!("{why} (bytes {})", hex(name))),
     }
 }
 

@@ -12,7 +12,7 @@
 
 use redis::Value;
 
-use super::names::{layout_marker, scan_pattern_within};
+use super::names::{layout_marker, parse_record_key, scan_pattern_within};
 use super::{RedisStore, SCHEMA_VERSION};
 use crate::store::Store as _;
 
@@ -76,7 +76,7 @@ impl RedisStore {
         let mut cursor = 0u64;
         let mut upgraded = 0;
         loop {
-            let (next, hashes): (u64, Vec<String>) = redis::cmd("SCAN")
+            let (next, found): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")
                 .arg(cursor)
                 .arg("MATCH")
                 .arg(&pattern)
@@ -86,6 +86,13 @@ impl RedisStore {
                 .arg("hash")
                 .query(conn)
                 .map_err(|e| failed("finding records of rerun 0.1", e))?;
+            // Only the names rerun writes: a hash someone else named under the prefix is left
+            // as it is (a scan names it), and one whose name is not UTF-8 stops nothing.
+            let hashes: Vec<String> = found
+                .into_iter()
+                .filter_map(|name| String::from_utf8(name).ok())
+                .filter(|name| parse_record_key(&self.inner.prefix, name).is_some())
+                .collect();
             if !hashes.is_empty() {
                 // The inspect script upgrades what it reads.
                 let names: Vec<&str> = hashes.iter().map(String::as_str).collect();

@@ -144,9 +144,8 @@ impl RowKey {
             .collect();
         Some(Unreadable {
             key: Key::from_parts(scope.lossy(), id.lossy()),
-            kind: CorruptKind::Record(format!(
-                "the record's key is not text: {}; rerun never writes one, so the row was \
-                 written by something else (a SQL client can show and delete it)",
+            kind: CorruptKind::ForeignKey(format!(
+                "{} (the row is named with invalid UTF-8 replaced)",
                 faults.join(", ")
             )),
         })
