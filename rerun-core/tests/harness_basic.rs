@@ -177,6 +177,17 @@ fn the_harness_settle_time_replaces_the_calls_own() {
             "{point}: {prompt:?}"
         );
     }
+    // A settle time no call would accept fails the report instead of hanging the test.
+    let endless = SafeToRerun::new("shop.charge.endless", shop, charge, |s: &Shop| {
+        seen(s, &keys)
+    })
+    .settle(Duration::MAX)
+    .check();
+    assert!(!endless.passed());
+    assert!(
+        endless.to_string().contains("longer than rerun's maximum"),
+        "{endless}"
+    );
 }
 
 /// At most once, without reconcile: a crash after the claim leaves the outcome unknown, which

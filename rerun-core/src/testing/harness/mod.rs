@@ -208,7 +208,8 @@ where
     /// to a server the test runs, a queue), which is what the settle time is for.
     ///
     /// It applies to calls made on the thread that runs [`SafeToRerun::check`], as the crash
-    /// points do.
+    /// points do. One longer than [`crate::MAX_DURATION`] fails the report, as it would fail a
+    /// call.
     ///
     /// ```
     /// use std::time::Duration;
@@ -245,8 +246,17 @@ where
     /// Runs every check and returns the report; see [`Report::assert_passed`].
     pub fn check(&self) -> Report {
         let started = Instant::now();
-        let _settle = settle::Scoped::set(self.settle);
         let mut report = Report::new(&self.name, self.strict);
+        if let Some(settle) = self.settle.filter(|s| *s > crate::MAX_DURATION) {
+            report.checks.push(failed(
+                Mode::Twice,
+                None,
+                format!("settle = {settle:?} is longer than rerun's maximum of 100 years; use at most `rerun_core::MAX_DURATION`"),
+                Duration::ZERO,
+            ));
+            return report;
+        }
+        let _settle = settle::Scoped::set(self.settle);
         if let Some(order) = child::Order::from_env() {
             if order.name == self.name {
                 self.serve_as_child(&order);
