@@ -1115,7 +1115,9 @@ mod tests {
         assert_eq!(listed.key, Key::from_parts("a", "p:{a:b%3Ac}"));
         assert!(listed.kind.to_string().contains("escapes a character"));
         let listed = unreadable_name("p:", b"p:{ab}");
-        assert_eq!(listed.key, Key::from_parts("", "p:{ab}"));
+        assert_eq!(listed.key, Key::from_parts("ab", "p:{ab}"));
+        let listed = unreadable_name("p:", b"p:{a%zz:b}");
+        assert_eq!(listed.key, Key::from_parts("a%zz", "p:{a%zz:b}"));
         assert!(listed
             .kind
             .to_string()

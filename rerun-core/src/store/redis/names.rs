@@ -122,10 +122,24 @@ fn loose_record_key(prefix: &str, name: &str) -> Option<Key> {
 /// A name a scan of the records under `prefix` found that rerun would not have written: not
 /// UTF-8, or not the name of the key it seems to spell. It is listed unreadable under its
 /// whole name (invalid UTF-8 replaced), so that it is never taken for the record of a key
-/// rerun does write; its scope is the one it seems to spell, for scope filters, if any.
+/// rerun does write. Its scope, for scope filters, is the one it seems to spell, or else its
+/// text up to the first `:` as stored: what the scan's `MATCH` selected it by.
 pub(super) fn unreadable_name(prefix: &str, name: &[u8]) -> Unreadable {
     let lossy = String::from_utf8_lossy(name);
     let seems = loose_record_key(prefix, &lossy);
+    let scope = match &seems {
+        Some(key) => key.scope().to_owned(),
+        None => lossy
+            .strip_prefix(prefix)
+            .and_then(|rest| rest.strip_prefix('{'))
+            .map(|rest| {
+                let rest = rest.strip_suffix('}').unwrap_or(rest);
+                rest.split_once(':')
+                    .map_or(rest, |(scope, _)| scope)
+                    .to_owned()
+            })
+            .unwrap_or_default(),
+    };
     let why = if std::str::from_utf8(name).is_err() {
         "its name is not UTF-8"
     } else if seems.is_some() {
@@ -135,10 +149,7 @@ pub(super) fn unreadable_name(prefix: &str, name: &[u8]) -> Unreadable {
         "its name is not `PREFIX{SCOPE:ID}` with rerun's escapes"
     };
     Unreadable {
-        key: Key::from_parts(
-            seems.map_or(String::new(), |k| k.scope().to_owned()),
-            lossy.into_owned(),
-        ),
+        key: Key::from_parts(scope, lossy.into_owned()),
         kind: CorruptKind::ForeignKey(format!("{why} (bytes {})", hex(name))),
     }
 }
