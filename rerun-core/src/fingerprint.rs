@@ -93,12 +93,7 @@ impl Fingerprint {
 
     /// The fingerprint as 64 lowercase hex digits.
     pub fn to_hex(&self) -> String {
-        let mut s = String::with_capacity(64);
-        for b in self.0 {
-            s.push(char::from(b"0123456789abcdef"[usize::from(b >> 4)]));
-            s.push(char::from(b"0123456789abcdef"[usize::from(b & 15)]));
-        }
-        s
+        crate::hex::encode(&self.0)
     }
 
     /// Parses 32 raw bytes, as a store reads them back.

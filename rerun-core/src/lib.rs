@@ -46,6 +46,7 @@ mod error;
 pub mod fingerprint;
 mod global;
 mod handler;
+mod hex;
 pub mod holder;
 pub mod key;
 pub mod lock;

@@ -373,11 +373,7 @@ impl<'a> Parser<'a> {
                 if digits.len() % 2 != 0 {
                     return self.fail("an even number of hex digits after `0x`");
                 }
-                let bytes: Option<Vec<u8>> = (0..digits.len())
-                    .step_by(2)
-                    .map(|i| u8::from_str_radix(&digits[i..i + 2], 16).ok())
-                    .collect();
-                let Some(bytes) = bytes else {
+                let Some(bytes) = crate::hex::decode(digits) else {
                     return self.fail("hex digits after `0x`");
                 };
                 w.bytes(&bytes);

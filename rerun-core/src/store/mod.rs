@@ -426,17 +426,6 @@ macro_rules! forward_store {
 }
 forward_store!(Arc<S>, Box<S>);
 
-/// Bytes in lowercase hex, two digits each: how a store names stored bytes that are not text.
-#[cfg(any(feature = "sqlite", feature = "redis"))]
-pub(crate) fn hex(bytes: &[u8]) -> String {
-    use std::fmt::Write as _;
-    let mut out = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        let _ = write!(out, "{b:02x}");
-    }
-    out
-}
-
 /// A scan cursor naming the last key of a page, for stores that page in key order:
 /// `{scope length}:{scope}{id}`, unambiguous whatever bytes the scope and id hold.
 pub fn encode_cursor(key: &Key) -> String {

@@ -346,11 +346,14 @@ fn unreadable(records: &[Unreadable]) -> Result<(), Failure> {
                     list.join(", ")
                 ),
             )
-            .help(if several.iter().any(|u| matches!(u.kind, CorruptKind::ForeignKey(_))) {
-                "`rerunctl --json ls` says what is wrong with each. A key rerun did not write (kind `foreign_key`) is reached by no call and no `forget`: delete it, if it is not yours, with the store's own client. A record written by a newer rerun is fine: read it with that release's rerunctl, do not forget it. A damaged one: once you know what its last run did, `rerunctl forget SCOPE KEY --yes` lets its next call run afresh"
-            } else {
-                "`rerunctl show SCOPE KEY` says what is wrong with each. A record written by a newer rerun is fine: read it with that release's rerunctl, do not forget it. A damaged one: once you know what its last run did, `rerunctl forget SCOPE KEY --yes` lets its next call run afresh"
-            })
+            .help(format!(
+                "{} A record written by a newer rerun is fine: read it with that release's rerunctl, do not forget it. A damaged one: once you know what its last run did, `rerunctl forget SCOPE KEY --yes` lets its next call run afresh",
+                if several.iter().any(|u| matches!(u.kind, CorruptKind::ForeignKey(_))) {
+                    "`rerunctl --json ls` says what is wrong with each. A key rerun did not write (kind `foreign_key`) is reached by no call and no `forget`: delete it, if it is not yours, with the store's own client."
+                } else {
+                    "`rerunctl show SCOPE KEY` says what is wrong with each."
+                }
+            ))
         }
     };
     Err(failure.after_document())

@@ -860,26 +860,16 @@ impl Store for RedisStore {
         names.sort_unstable();
         names.dedup();
         // A name rerun would not write for any key is named in the page, not read as a record.
-        let mut foreign = Vec::new();
-        let keys: Vec<(Key, String)> = names
-            .into_iter()
-            .filter_map(|name| {
-                let name = String::from_utf8(name).map_err(|e| e.into_bytes());
-                match name {
-                    Ok(name) => match parse_record_key(&self.inner.prefix, &name) {
-                        Some(key) => Some((key, name)),
-                        None => {
-                            foreign.push(name.into_bytes());
-                            None
-                        }
-                    },
-                    Err(bytes) => {
-                        foreign.push(bytes);
-                        None
-                    }
-                }
-            })
-            .collect();
+        let (mut keys, mut foreign): (Vec<(Key, String)>, Vec<Vec<u8>>) = (Vec::new(), Vec::new());
+        for name in names {
+            match String::from_utf8(name) {
+                Ok(name) => match parse_record_key(&self.inner.prefix, &name) {
+                    Some(key) => keys.push((key, name)),
+                    None => foreign.push(name.into_bytes()),
+                },
+                Err(e) => foreign.push(e.into_bytes()),
+            }
+        }
         // All records of the page in one round trip.
         let replies: Vec<Value> = if keys.is_empty() {
             Vec::new()

@@ -2,8 +2,9 @@
 //! and the key prefix a URL may carry.
 
 use crate::error::{CorruptKind, Error};
+use crate::hex::encode as hex;
 use crate::key::Key;
-use crate::store::{hex, Unreadable};
+use crate::store::Unreadable;
 
 /// Takes a `prefix=` query parameter out of the URL (the driver does not know it).
 pub(super) fn split_prefix(url: &str) -> Result<(String, Option<String>), Error> {

@@ -14,8 +14,9 @@ use std::fmt::Write as _;
 use rusqlite::types::{ToSql, ToSqlOutput, ValueRef};
 
 use crate::error::{CorruptKind, Error};
+use crate::hex::{decode as unhex, encode as hex};
 use crate::key::Key;
-use crate::store::{decode_cursor, encode_cursor, hex, Unreadable};
+use crate::store::{decode_cursor, encode_cursor, Unreadable};
 
 /// One key column's stored value.
 #[derive(Debug, Clone, PartialEq)]
@@ -185,16 +186,6 @@ impl RowKey {
             RowKey::Raw(scope, id) => (scope.clone(), id.clone()),
         }
     }
-}
-
-fn unhex(s: &str) -> Option<Vec<u8>> {
-    if s.len() % 2 != 0 {
-        return None;
-    }
-    (0..s.len())
-        .step_by(2)
-        .map(|i| s.get(i..i + 2).and_then(|d| u8::from_str_radix(d, 16).ok()))
-        .collect()
 }
 
 #[cfg(test)]
