@@ -239,6 +239,19 @@ fn container(attrs: &[Attribute], errors: &mut Errors) -> Container {
     c
 }
 
+/// How a container argument found on a field is written on the type: with the arguments it
+/// needs there, so that following the advice never leads to another error.
+fn on_the_type(name: &str) -> &str {
+    match name {
+        "reconcile" => "once, reconcile = check_charge",
+        "settle" => "once, reconcile = check_charge, settle = \"5s\"",
+        other => FIELD
+            .iter()
+            .find(|k| k.name == other)
+            .map_or(other, |k| k.example),
+    }
+}
+
 fn variant(ident: Option<Ident>, fields: &Fields, span: Span, errors: &mut Errors) -> Variant {
     let named = matches!(fields, Fields::Named(_));
     let fields = fields
@@ -260,13 +273,10 @@ fn variant(ident: Option<Ident>, fields: &Fields, span: Span, errors: &mut Error
                     match spelled.as_str() {
                         "key" => field.key = true,
                         "skip" => field.skip = true,
-                        other => {
-                            let example = FIELD.iter().find(|k| k.name == other).map_or(other, |k| k.example);
-                            errors.spanned(
-                                &name,
-                                format!("`{other}` goes on the type, not on a field: `#[rerun({example})] struct …`"),
-                            )
-                        }
+                        other => errors.spanned(
+                            &name,
+                            format!("`{other}` goes on the type, not on a field: `#[rerun({})] struct …`", on_the_type(other)),
+                        ),
                     }
                 }
             }
