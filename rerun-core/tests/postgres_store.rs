@@ -271,6 +271,29 @@ fn keys_and_results_too_large_are_typed_and_write_nothing() {
         ) && !err.is_retryable(),
         "{err}"
     );
+    // The limit is on the key as stored, where a backslash takes two bytes: a key under it
+    // before escaping and over it after is refused the same way (it used to reach the server
+    // and fail there, as a retryable store error, when it did not compress).
+    let slashed: String = (0..MAX_KEY_BYTES * 2 / 3)
+        .map(|i| match i % 2 {
+            0 => '\\',
+            _ => char::from(b'!' + u8::try_from(i * 7919 % 90).unwrap()),
+        })
+        .collect();
+    let slashed = Key::from_parts("s", slashed);
+    assert!(slashed.scope().len() + slashed.id().len() < MAX_KEY_BYTES);
+    let err = store.claim(&request(&slashed, &fp, &h, LONG)).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::Codec {
+                what: "the key",
+                ..
+            }
+        ) && !err.is_retryable()
+            && err.to_string().contains("as stored"),
+        "{err}"
+    );
     assert!(store.scan(None, 10).unwrap().records.is_empty());
     // A key just under the limit, with NUL and non-ASCII characters, round-trips.
     let odd = Key::new("s\0cope", &format!("é\0{}", "y".repeat(MAX_KEY_BYTES - 20)));
@@ -978,18 +1001,80 @@ fn keys_are_readable_text_in_sql() {
     }
 }
 
-/// A table written by rerun 0.1 (`bytea` keys) is migrated on connect, once, while several
-/// instances start together; its records keep working.
+/// A meta table without the schema version is not rerun's: a configuration error that says
+/// so, not a retryable one.
 #[test]
-fn a_table_of_schema_1_is_migrated_on_connect() {
+fn a_meta_table_without_a_schema_version_is_refused() {
     let Some(url) = url() else { return };
-    let table = postgres_common::unique_table("v1");
-    let _t = postgres_common::Table {
-        url: url.clone(),
-        name: table.clone(),
-    };
+    let (store, t) = fresh(&url, "noversion");
+    drop(store);
     psql(
         &url,
+        &format!(
+            "DELETE FROM \"{}_meta\" WHERE name = 'schema_version'",
+            t.name
+        ),
+    )
+    .unwrap();
+    let err = PostgresStore::builder(&url)
+        .table(&t.name)
+        .connect()
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::Config { .. }) && err.to_string().contains("no schema version"),
+        "{err}"
+    );
+}
+
+/// Stores of different tables created together in a schema that does not exist yet all
+/// connect: creating a table waits for any other being created in the database.
+#[test]
+fn tables_created_together_in_a_new_schema_all_connect() {
+    let Some(url) = url() else { return };
+    for round in 0..3 {
+        let schema = postgres_common::unique_table(&format!("schema{round}"));
+        let dropped = DropSchema(url.clone(), schema.clone());
+        let stores: Vec<Result<PostgresStore, Error>> = std::thread::scope(|s| {
+            let openers: Vec<_> = (0..6)
+                .map(|i| {
+                    let (url, schema) = (&url, &schema);
+                    s.spawn(move || {
+                        PostgresStore::builder(url)
+                            .schema(schema)
+                            .table(format!("t{i}"))
+                            .connect()
+                    })
+                })
+                .collect();
+            openers.into_iter().map(|o| o.join().unwrap()).collect()
+        });
+        for store in stores {
+            let store = store.unwrap_or_else(|e| panic!("round {round}: {e}"));
+            Call::new("s", "k")
+                .run(&store, || Ok::<_, Error>(1u8))
+                .unwrap();
+        }
+        drop(dropped);
+    }
+}
+
+/// Drops a schema and all it holds when dropped.
+struct DropSchema(String, String);
+
+impl Drop for DropSchema {
+    fn drop(&mut self) {
+        let _ = psql(
+            &self.0,
+            &format!("DROP SCHEMA IF EXISTS \"{}\" CASCADE", self.1),
+        );
+    }
+}
+
+/// A table of schema 1, as rerun 0.1 made it, with `records` completed records of scope `bulk`
+/// (ids `n000001`, `n000002`, …) beside one completed and one released record of scope `billing.charge`.
+fn schema_1_table(url: &str, table: &str, records: u32) {
+    psql(
+        url,
         &format!(
             r#"CREATE TABLE "{table}_meta" (name text PRIMARY KEY, value bigint NOT NULL);
                INSERT INTO "{table}_meta" VALUES ('schema_version', 1), ('codec_version', 1);
@@ -1004,7 +1089,11 @@ fn a_table_of_schema_1_is_migrated_on_connect() {
                  ('billing.charge'::bytea, 's6:evt_41'::bytea, 'completed', 41, '\x{fp}'::bytea, NULL,
                   false, NULL, now() + interval '1 hour', '\x{result}'::bytea),
                  ('billing.charge'::bytea, '\x73343a61006263'::bytea, 'released', 40, '\x{fp}'::bytea, NULL,
-                  false, NULL, NULL, NULL);"#,
+                  false, NULL, NULL, NULL);
+               INSERT INTO "{table}"
+                 SELECT 'bulk'::bytea, convert_to('s7:n' || lpad(i::text, 6, '0'), 'UTF8'), 'completed', 1, '\x{fp}'::bytea,
+                        NULL, false, NULL, now() + interval '1 hour', '\x{result}'::bytea
+                 FROM generate_series(1, {records}) AS i;"#,
             fp = Fingerprint::EMPTY.to_hex(),
             result = rerun_core::codec::encode(&7u32)
                 .unwrap()
@@ -1014,6 +1103,64 @@ fn a_table_of_schema_1_is_migrated_on_connect() {
         ),
     )
     .unwrap();
+}
+
+/// A migration that rewrites many records takes longer than a store call may: it is not cut
+/// off by the operation timeout (the server's `statement_timeout` included), and instances
+/// starting meanwhile wait for it instead of failing.
+#[test]
+fn a_long_migration_is_not_cut_off_by_the_operation_timeout() {
+    let Some(url) = url() else { return };
+    let table = postgres_common::unique_table("v1long");
+    let _t = postgres_common::Table {
+        url: url.clone(),
+        name: table.clone(),
+    };
+    schema_1_table(&url, &table, 100_000);
+    let started = std::time::Instant::now();
+    let openers: Vec<_> = (0..3)
+        .map(|_| {
+            let (url, table) = (url.clone(), table.clone());
+            std::thread::spawn(move || {
+                PostgresStore::builder(&url)
+                    .table(&table)
+                    .op_timeout(Duration::from_millis(20))
+                    .connect()
+                    .map(|_| ())
+            })
+        })
+        .collect();
+    for o in openers {
+        o.join().unwrap().unwrap();
+    }
+    let rows = psql(
+        &url,
+        &format!("SELECT count(*) FROM \"{table}\" WHERE scope = 'bulk'"),
+    )
+    .unwrap();
+    assert_eq!(rows[0][0].as_deref(), Some("100000"));
+    eprintln!("migrated 100,002 records in {:?}", started.elapsed());
+    let store = PostgresStore::builder(&url)
+        .table(&table)
+        .connect()
+        .unwrap();
+    let old = Call::new("bulk", "n099999")
+        .run(&store, || Ok::<_, Error>(0u32))
+        .unwrap();
+    assert_eq!((old.value, old.replayed), (7, true));
+}
+
+/// A table written by rerun 0.1 (`bytea` keys) is migrated on connect, once, while several
+/// instances start together; its records keep working.
+#[test]
+fn a_table_of_schema_1_is_migrated_on_connect() {
+    let Some(url) = url() else { return };
+    let table = postgres_common::unique_table("v1");
+    let _t = postgres_common::Table {
+        url: url.clone(),
+        name: table.clone(),
+    };
+    schema_1_table(&url, &table, 0);
     let openers: Vec<_> = (0..4)
         .map(|_| {
             let (url, table) = (url.clone(), table.clone());
@@ -1167,6 +1314,25 @@ fn filtered_scans_select_by_scope_prefix_and_state() {
         .status(Status::Completed));
     assert_eq!(done.len(), 3);
     assert!(done.iter().all(|r| r.result.is_some()));
+    // Scopes the table keeps escaped (a backslash, a NUL: the store takes any text) are
+    // selected by the prefix as written, whatever it holds.
+    for scope in ["x\\a", "x\\z", "x]", "s\0a", "s\0b\\", "s"] {
+        let key = Key::from_parts(scope, "k");
+        claimed(store.claim(&request(&key, &Fingerprint::EMPTY, &h, LONG)));
+    }
+    let scopes = |prefix: &str| {
+        let mut found: Vec<String> = all(ScanFilter::new().scope_prefix(prefix))
+            .iter()
+            .map(|r| r.key.scope().to_owned())
+            .collect();
+        found.sort();
+        found
+    };
+    assert_eq!(scopes("x\\"), ["x\\a", "x\\z"]);
+    assert_eq!(scopes("x\\a"), ["x\\a"]);
+    assert_eq!(scopes("s\0"), ["s\0a", "s\0b\\"]);
+    assert_eq!(scopes("s\0b\\"), ["s\0b\\"]);
+    assert_eq!(scopes("s\0a\0"), Vec::<String>::new());
 }
 
 /// An `op_timeout` past the longest `statement_timeout` the server accepts (`Duration::MAX`, a

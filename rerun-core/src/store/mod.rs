@@ -145,19 +145,26 @@ impl ScanFilter {
     /// The smallest scope above every scope that starts with the prefix (`None`: no bound),
     /// for stores that page in byte order: the prefix with its last character incremented.
     pub fn scope_upper_bound(&self) -> Option<String> {
-        let mut chars: Vec<char> = self.scope_prefix.as_deref()?.chars().collect();
-        while let Some(last) = chars.pop() {
-            let mut next = last as u32 + 1;
-            if (0xD800..=0xDFFF).contains(&next) {
-                next = 0xE000;
-            }
-            if let Some(c) = char::from_u32(next) {
-                chars.push(c);
-                return Some(chars.into_iter().collect());
-            }
-        }
-        None
+        upper_bound(self.scope_prefix.as_deref()?)
     }
+}
+
+/// The least string greater than every string that starts with `prefix`, or `None` when there
+/// is none (a prefix of only `char::MAX`): the end of the range a prefix selects in an index
+/// ordered by code point (or by UTF-8 bytes, the same order).
+pub(crate) fn upper_bound(prefix: &str) -> Option<String> {
+    let mut chars: Vec<char> = prefix.chars().collect();
+    while let Some(last) = chars.pop() {
+        let mut next = last as u32 + 1;
+        if (0xD800..=0xDFFF).contains(&next) {
+            next = 0xE000;
+        }
+        if let Some(c) = char::from_u32(next) {
+            chars.push(c);
+            return Some(chars.into_iter().collect());
+        }
+    }
+    None
 }
 
 /// A synchronous store of idempotency records.

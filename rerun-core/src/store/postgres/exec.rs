@@ -169,7 +169,11 @@ pub(crate) async fn exec(session: &mut Session, sql: &Sql, op: Op<'_>) -> Result
         Op::Scan(filter, cursor, limit) => {
             let after = cursor.map(decode_text_cursor).transpose()?;
             let limit = limit.max(1);
-            let upper = filter.scope_upper_bound();
+            // The range of stored scopes that start with the stored prefix: escaping keeps
+            // prefixes (no escape is a prefix of another), so it holds exactly the scopes that
+            // start with the prefix.
+            let prefix = filter.scope_prefix.as_deref().map(to_text);
+            let upper = prefix.as_deref().and_then(crate::store::upper_bound);
             let open = [Status::InProgress, Status::Unknown];
             let shape = ScanShape {
                 prefix_upper: upper.is_some(),
@@ -186,7 +190,6 @@ pub(crate) async fn exec(session: &mut Session, sql: &Sql, op: Op<'_>) -> Result
             let from_start = after.is_none();
             let (scope, id) = after.unwrap_or_default();
             let limit_param = i64::try_from(limit).unwrap_or(i64::MAX);
-            let prefix = filter.scope_prefix.as_deref().map(to_text);
             let statuses: Vec<&str> = filter.statuses.iter().map(|s| s.as_str()).collect();
             let mut params: Vec<&(dyn ToSql + Sync)> = vec![&scope, &id, &from_start, &limit_param];
             if let Some(prefix) = &prefix {

@@ -40,8 +40,9 @@ pub use sql::SCHEMA_VERSION;
 /// The table [`PostgresStore::connect`] uses unless told otherwise.
 pub const DEFAULT_TABLE: &str = "rerun_records";
 
-/// The longest key (scope and id together, in bytes) the store accepts: PostgreSQL cannot index
-/// a primary-key entry much above 2.7 kB, so a longer key is refused before anything is written.
+/// The longest key (scope and id together, in bytes as stored, where a NUL or a backslash takes
+/// two) the store accepts: PostgreSQL cannot index a primary-key entry much above 2.7 kB, so a
+/// longer key is refused before anything is written.
 pub const MAX_KEY_BYTES: usize = 2600;
 
 /// The largest result the store accepts by default: just under PostgreSQL's 1 GiB limit on one
@@ -56,6 +57,10 @@ pub const MAX_OP_TIMEOUT: Duration = Duration::from_millis(i32::MAX as u64);
 
 /// How long one store call may take by default (see [`PostgresBuilder::op_timeout`]).
 pub const DEFAULT_OP_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long `connect` may spend creating the table or migrating an older one by default (see
+/// [`PostgresBuilder::migration_timeout`]).
+pub const DEFAULT_MIGRATION_TIMEOUT: Duration = Duration::from_secs(10 * 60);
 
 /// A store in a PostgreSQL table, for fleets of processes on many machines.
 ///
@@ -109,6 +114,7 @@ pub struct PostgresBuilder {
     pool_size: usize,
     max_result_bytes: usize,
     op_timeout: Duration,
+    migration_timeout: Duration,
 }
 
 impl PostgresBuilder {
@@ -121,6 +127,25 @@ impl PostgresBuilder {
     /// milliseconds, about 24.8 days); a longer one, such as `Duration::MAX`, is that.
     pub fn op_timeout(mut self, timeout: Duration) -> Self {
         self.op_timeout = timeout.clamp(Duration::from_millis(10), MAX_OP_TIMEOUT);
+        self
+    }
+
+    /// How long [`connect`](PostgresBuilder::connect) may spend creating the table, or taking a
+    /// table of an older schema to this build's (default [`DEFAULT_MIGRATION_TIMEOUT`], 10
+    /// minutes), waiting for another instance doing the same included. A migration rewrites
+    /// every record, so it runs without the server's `statement_timeout`; this is its only
+    /// limit. The checks `connect` makes on a table that needs neither keep
+    /// [`op_timeout`](PostgresBuilder::op_timeout) (at least 30 s). At least 1 s and at most
+    /// [`MAX_OP_TIMEOUT`].
+    ///
+    /// ```no_run
+    /// let store = rerun_core::PostgresStore::builder("postgres://app@db.internal/app")
+    ///     .migration_timeout(std::time::Duration::from_secs(3600))
+    ///     .connect()?;
+    /// # Ok::<(), rerun_core::Error>(())
+    /// ```
+    pub fn migration_timeout(mut self, timeout: Duration) -> Self {
+        self.migration_timeout = timeout.clamp(Duration::from_secs(1), MAX_OP_TIMEOUT);
         self
     }
 
@@ -213,7 +238,7 @@ impl PostgresBuilder {
                 op_timeout: self.op_timeout,
             }),
         };
-        store.migrate()?;
+        store.migrate(self.migration_timeout)?;
         Ok(store)
     }
 }
@@ -255,6 +280,7 @@ impl PostgresStore {
             pool_size: DEFAULT_POOL_SIZE,
             max_result_bytes: MAX_RESULT_BYTES,
             op_timeout: DEFAULT_OP_TIMEOUT,
+            migration_timeout: DEFAULT_MIGRATION_TIMEOUT,
         };
         for (name, value) in params {
             builder = match name.as_str() {
@@ -282,53 +308,89 @@ impl PostgresStore {
         Some(self.inner.sql.text(stmt))
     }
 
-    fn migrate(&self) -> Result<(), Error> {
+    /// Creates the table or takes it to this build's schema when it needs it, then checks its
+    /// versions. Three steps on one connection: the checks and the final read under the
+    /// operation timeout (at least 30 s), the work in between (which may rewrite every record,
+    /// or wait for another instance doing so) under `migration_timeout`.
+    fn migrate(&self, migration_timeout: Duration) -> Result<(), Error> {
         let inner = &*self.inner;
-        // Creating the schema may wait for another instance doing the same under the lock.
+        let names = &inner.names;
         let limit = inner.op_timeout.max(Duration::from_secs(30));
+        let what = || {
+            format!(
+                "PostgreSQL at {}: creating or checking the rerun table {}",
+                inner.target.shown, names.display
+            )
+        };
         let (mut pooled, left) = inner.sync_pool.get(&inner.target, limit)?;
         let conn = pooled.conn()?;
-        let names = &inner.names;
-        let codec = i64::from(crate::codec::CODEC_VERSION);
-        let versions = conn.run_for(left, |session| async move {
+        // Whether everything is there, and the schema version if the table is.
+        let found = conn.run_for(left, |session| async move {
             let client = &mut session.client;
             let exists: bool = client
                 .query_one(&names.exists_query(), &[])
                 .await?
                 .try_get(0)?;
-            if !exists {
-                // One transaction under an advisory lock: instances starting together wait
-                // for the first to create everything, then find it there.
-                let lock = sql::migration_lock_id(names);
-                client
-                    .batch_execute(&format!(
-                        "BEGIN; SELECT pg_advisory_xact_lock({lock}); {ddl} COMMIT;",
-                        ddl = names.schema_ddl()
-                    ))
-                    .await?;
+            let version = match exists {
+                true => schema_version(client, names).await?,
+                false => None,
+            };
+            Ok((exists, version))
+        })?;
+        let (exists, version) = match migration_step(found, left, false, &what()) {
+            Ok(found) => found,
+            Err(e) => {
+                pooled.discard();
+                return Err(e);
             }
-            // Records this build writes need this build's codec to be read: say so in the
-            // table, so that an older rerun refuses the table instead of misreading them.
-            // A table of an older schema is migrated once, by whichever instance takes the
-            // lock first; the others find it migrated.
-            let version: i64 = client
-                .query_one(&names.schema_version_query(), &[])
-                .await?
-                .try_get(0)?;
-            if version == 1 {
-                let lock = sql::migration_lock_id(names);
-                let tx = client.transaction().await?;
-                tx.execute("SELECT pg_advisory_xact_lock($1)", &[&lock])
-                    .await?;
-                let version: i64 = tx
-                    .query_one(&names.schema_version_query(), &[])
-                    .await?
-                    .try_get(0)?;
-                if version == 1 {
-                    tx.batch_execute(&names.migration_1_to_2()).await?;
+        };
+        if !exists || version == Some(1) {
+            let work = conn.run_for(migration_timeout, |session| async move {
+                let client = &mut session.client;
+                if !exists {
+                    // One transaction under an advisory lock, one for every rerun table of
+                    // the database: instances starting together wait for the first to create
+                    // everything, then find it there, and two tables made at once in a new
+                    // schema do not race `CREATE SCHEMA IF NOT EXISTS`. No statement timeout:
+                    // the wait may be for a migration (below) of another instance.
+                    client
+                        .batch_execute(&format!(
+                            "BEGIN; SET LOCAL statement_timeout = 0; \
+                             SELECT pg_advisory_xact_lock({lock}); {ddl} COMMIT;",
+                            lock = sql::CREATION_LOCK_ID,
+                            ddl = names.schema_ddl()
+                        ))
+                        .await?;
                 }
-                tx.commit().await?;
+                // A table of an older schema is migrated once, by whichever instance takes
+                // the lock first; the others find it migrated.
+                if schema_version(client, names).await? == Some(1) {
+                    let lock = sql::migration_lock_id(names);
+                    let tx = client.transaction().await?;
+                    tx.batch_execute("SET LOCAL statement_timeout = 0").await?;
+                    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&lock])
+                        .await?;
+                    if schema_version(&tx, names).await? == Some(1) {
+                        tx.batch_execute(&names.migration_1_to_2()).await?;
+                    }
+                    tx.commit().await?;
+                }
+                Ok(())
+            });
+            let done = match work {
+                Ok(out) => migration_step(out, migration_timeout, true, &what()),
+                Err(e) => Err(e),
+            };
+            if let Err(e) = done {
+                pooled.discard();
+                return Err(e);
             }
+        }
+        // Records this build writes need this build's codec to be read: say so in the table,
+        // so that an older rerun refuses the table instead of misreading them.
+        let codec = i64::from(crate::codec::CODEC_VERSION);
+        let read = conn.run_for(limit, |session| async move {
+            let client = &mut session.client;
             client
                 .execute(&names.raise_codec_version(), &[&codec])
                 .await?;
@@ -336,29 +398,12 @@ impl PostgresStore {
             rows.iter()
                 .map(|r| Ok((r.try_get::<_, String>(0)?, r.try_get::<_, i64>(1)?)))
                 .collect::<Result<Vec<_>, tokio_postgres::Error>>()
-        })?;
-        let what = || {
-            format!(
-                "PostgreSQL at {}: creating or checking the rerun table {}",
-                inner.target.shown, names.display
-            )
-        };
-        let versions = match versions {
-            Some(Ok(v)) => v,
-            Some(Err(e)) => {
+        });
+        let versions = match read.and_then(|out| migration_step(out, limit, false, &what())) {
+            Ok(v) => v,
+            Err(e) => {
                 pooled.discard();
-                return Err(error::store_error(None, what(), e));
-            }
-            None => {
-                pooled.discard();
-                return Err(Error::store_msg(
-                    None,
-                    format!(
-                        "{}: no answer within {}",
-                        what(),
-                        crate::error::rounded(limit)
-                    ),
-                ));
+                return Err(e);
             }
         };
         let version = |name: &str| versions.iter().find(|(n, _)| n == name).map(|(_, v)| *v);
@@ -391,13 +436,13 @@ impl PostgresStore {
     }
 
     fn check_key(key: &Key) -> Result<(), Error> {
-        let len = key.scope().len() + key.id().len();
+        let len = sql::text_len(key.scope()) + sql::text_len(key.id());
         if len > MAX_KEY_BYTES {
             return Err(Error::Codec {
                 key: key.clone(),
                 what: "the key",
                 message: format!(
-                    "it is {len} bytes; PostgreSQL indexes keys (scope and id) of at most {MAX_KEY_BYTES} bytes, so hash long key parts first"
+                    "it is {len} bytes as stored (a NUL or a backslash takes two); PostgreSQL indexes keys (scope and id) of at most {MAX_KEY_BYTES} bytes, so hash long key parts first"
                 ),
             });
         }
@@ -502,6 +547,40 @@ impl PostgresStore {
 }
 
 /// Adds the key to a store error that was raised before the key was known (a failed connect).
+/// The table's schema version, or `None` when the meta table has no row for it.
+async fn schema_version(
+    client: &impl tokio_postgres::GenericClient,
+    names: &Names,
+) -> Result<Option<i64>, tokio_postgres::Error> {
+    let row = client.query_opt(&names.schema_version_query(), &[]).await?;
+    row.map(|row| row.try_get(0)).transpose()
+}
+
+/// What one step of [`PostgresStore::migrate`] came to: its value, or the error of `what`.
+fn migration_step<T>(
+    out: Option<Result<T, tokio_postgres::Error>>,
+    limit: Duration,
+    migrating: bool,
+    what: &str,
+) -> Result<T, Error> {
+    match out {
+        Some(Ok(v)) => Ok(v),
+        Some(Err(e)) => Err(error::store_error(None, what.to_owned(), e)),
+        None => Err(Error::store_msg(
+            None,
+            format!(
+                "{what}: no answer within {}{}",
+                crate::error::rounded(limit),
+                if migrating {
+                    " (creating the table may wait for another instance's migration, and a migration of many records may need a longer `migration_timeout`)"
+                } else {
+                    ""
+                }
+            ),
+        )),
+    }
+}
+
 fn keyed(e: Error, key: Option<&Key>) -> Error {
     match e {
         Error::Store {

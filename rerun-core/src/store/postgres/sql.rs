@@ -499,6 +499,17 @@ pub(crate) fn from_text(s: &str) -> Option<std::borrow::Cow<'_, str>> {
     Some(std::borrow::Cow::Owned(out))
 }
 
+/// The advisory-lock id `connect` creates rerun's tables under: one for the whole database, so
+/// that stores of different tables created at once in a new schema (or one named by
+/// `search_path` and one by name) do not race each other's `CREATE … IF NOT EXISTS`. A fixed
+/// number (the bytes `rerun\0tc`), apart from every table's [`migration_lock_id`] (a hash).
+pub(crate) const CREATION_LOCK_ID: i64 = i64::from_le_bytes(*b"rerun\0tc");
+
+/// How many bytes `s` takes as [`to_text`] stores it: a NUL or a backslash takes two.
+pub(crate) fn text_len(s: &str) -> usize {
+    s.len() + s.bytes().filter(|&b| b == b'\\' || b == 0).count()
+}
+
 /// A stable advisory-lock id for one table's migration.
 pub(crate) fn migration_lock_id(names: &Names) -> i64 {
     use sha2::{Digest, Sha256};
@@ -532,6 +543,9 @@ mod tests {
         }
         assert!(matches!(to_text("plain"), std::borrow::Cow::Borrowed(_)));
         assert_eq!(from_text("bad\\x"), None);
+        for s in ["plain", "", "a\\b", "nul\0here", "\\0", "\0\\", "é\\\0"] {
+            assert_eq!(text_len(s), to_text(s).len(), "{s:?}");
+        }
         assert_eq!(from_text("trailing\\"), None);
     }
 
