@@ -127,3 +127,69 @@ async fn a_response_with_25000_values_of_one_header_is_returned_and_replayed() {
     }
     assert_eq!(runs.load(Ordering::SeqCst), 1);
 }
+
+mod support;
+
+/// A store that fails after the handler answered (while its answer is recorded): the 503 says
+/// the request was processed, in both modes, instead of "not processed".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_failing_after_the_handler_answered_says_it_was_processed() {
+    for once in [false, true] {
+        let fixture = tokio::task::spawn_blocking(|| {
+            support::Fixture::new(support::Kind::Memory, "recordfail")
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+        .unwrap_or_else(|| panic!("the memory store needs no server"));
+        let layer = match once {
+            true => fixture.switched_layer().once(),
+            false => fixture.switched_layer(),
+        };
+        let switch = fixture.switch.clone();
+        let runs = Arc::new(AtomicUsize::new(0));
+        let counted = runs.clone();
+        let service = layer.layer(tower::service_fn(
+            move |_req: Request<RequestBody<Full<Bytes>>>| {
+                // The claim went through; the store goes down before the answer is recorded.
+                switch.store(true, Ordering::SeqCst);
+                counted.fetch_add(1, Ordering::SeqCst);
+                async move {
+                    Ok::<_, std::io::Error>(
+                        Response::builder()
+                            .status(StatusCode::CREATED)
+                            .body(Full::new(Bytes::from_static(b"charged")))
+                            .unwrap_or_else(|e| panic!("{e}")),
+                    )
+                }
+            },
+        ));
+        let answer = service
+            .oneshot(request("k"))
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            answer.status(),
+            StatusCode::SERVICE_UNAVAILABLE,
+            "once: {once}"
+        );
+        assert_eq!(runs.load(Ordering::SeqCst), 1);
+        let retry_after = answer.headers().get("retry-after").cloned();
+        let body = answer
+            .into_body()
+            .collect()
+            .await
+            .unwrap_or_else(|e| panic!("{e}"))
+            .to_bytes();
+        let json: serde_json::Value =
+            serde_json::from_slice(&body).unwrap_or_else(|e| panic!("{e}: {body:?}"));
+        assert_eq!(json["code"], "store_unavailable");
+        let detail = json["detail"].as_str().unwrap_or_default();
+        assert!(
+            detail.contains("was processed") && !detail.contains("not processed"),
+            "{detail}"
+        );
+        assert!(!detail.contains("db-internal"), "{detail}");
+        assert_eq!(detail.contains("outcome is unknown"), once, "{detail}");
+        assert_eq!(retry_after.is_some(), !once);
+    }
+}
