@@ -303,7 +303,117 @@ fn settle<S: Store + ?Sized>(
         Ok(()) if record.once => done.marked_unknown += 1,
         Ok(()) => done.released += 1,
         Err(Error::LeaseLost { .. }) => done.moved_meanwhile += 1,
+        // Rewritten meanwhile into what this build cannot read (by a newer rerun that took
+        // it over, say): left as it is, as the scan leaves such records, and the run goes on.
+        Err(Error::Corrupt { key, kind }) => {
+            tracing::warn!(key = %key, problem = %kind, "rerun recovery: a stale claim was rewritten meanwhile into a record this build cannot read; it is left as it is");
+            done.unreadable += 1;
+        }
         Err(e) => return Err(e),
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::CorruptKind;
+    use crate::record::{ClaimRequest, ClaimResponse};
+    use crate::store::memory::MemoryStore;
+    use crate::{Fingerprint, Holder, Key};
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    /// A memory store in which every stale claim was rewritten, just before recovery settles
+    /// it, by a newer rerun: its fenced release and mark-unknown meet a record they cannot
+    /// read.
+    #[derive(Clone)]
+    struct RewrittenByNewer(MemoryStore);
+
+    impl RewrittenByNewer {
+        fn newer(claim: &Claim) -> Error {
+            Error::corrupt(
+                &claim.key,
+                CorruptKind::UnknownVersion {
+                    found: 9,
+                    supported: 2,
+                },
+            )
+        }
+    }
+
+    impl Store for RewrittenByNewer {
+        fn claim(&self, req: &ClaimRequest<'_>) -> Result<ClaimResponse, Error> {
+            self.0.claim(req)
+        }
+        fn complete(&self, claim: &Claim, result: &[u8], ttl: Duration) -> Result<(), Error> {
+            self.0.complete(claim, result, ttl)
+        }
+        fn release(&self, claim: &Claim) -> Result<(), Error> {
+            Err(Self::newer(claim))
+        }
+        fn renew(&self, claim: &Claim, lease: Duration) -> Result<(), Error> {
+            self.0.renew(claim, lease)
+        }
+        fn mark_unknown(&self, claim: &Claim) -> Result<(), Error> {
+            Err(Self::newer(claim))
+        }
+        fn forget(&self, key: &Key) -> Result<bool, Error> {
+            self.0.forget(key)
+        }
+        fn inspect(&self, key: &Key) -> Result<Option<RecordView>, Error> {
+            self.0.inspect(key)
+        }
+        fn scan(
+            &self,
+            cursor: Option<&str>,
+            limit: usize,
+        ) -> Result<crate::store::ScanPage, Error> {
+            self.0.scan(cursor, limit)
+        }
+        fn purge_expired(&self, limit: usize) -> Result<u64, Error> {
+            self.0.purge_expired(limit)
+        }
+        fn shared(&self) -> Arc<dyn Store> {
+            Arc::new(self.clone())
+        }
+        fn describe(&self) -> String {
+            "memory, rewritten by a newer rerun".to_owned()
+        }
+    }
+
+    /// A stale claim rewritten meanwhile into a record this build cannot read is left as it
+    /// is and counted unreadable; the run goes on to the other records.
+    #[test]
+    fn a_claim_rewritten_by_a_newer_rerun_meanwhile_does_not_end_the_run() {
+        let store = RewrittenByNewer(MemoryStore::new());
+        let mut dead = Holder::current();
+        dead.start_time += 1;
+        for (id, once) in [("a", false), ("b", true)] {
+            let key = Key::new("s", id);
+            let claimed = store.claim(&ClaimRequest {
+                key: &key,
+                fingerprint: &Fingerprint::EMPTY,
+                holder: &dead,
+                lease: Duration::from_secs(300),
+                once,
+                steal: None,
+            });
+            assert!(
+                matches!(claimed, Ok(ClaimResponse::Claimed(_))),
+                "{claimed:?}"
+            );
+        }
+        let done = recover(&store).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            (
+                done.scanned,
+                done.unreadable,
+                done.released,
+                done.marked_unknown
+            ),
+            (2, 2, 0, 0),
+            "{done}"
+        );
+    }
 }

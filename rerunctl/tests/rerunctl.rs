@@ -501,7 +501,8 @@ fn corrupt_records_on_redis() {
 }
 
 /// A Redis record written by a newer rerun (its record version, not its result's) cannot be
-/// read at all: `show` says so (exit 1), and `forget` still clears it.
+/// read at all: `show` says so (exit 1); `forget` refuses it (it may be a live claim this build
+/// cannot see) unless `--force`, which clears it.
 #[test]
 fn a_record_of_a_newer_rerun_on_redis() {
     let Some(store) = Backend::redis() else {
@@ -516,7 +517,19 @@ fn a_record_of_a_newer_rerun_on_redis() {
     let shown = on(&store, &["show", "billing.charge", "evt_new", "--json"]).expect(1);
     assert!(shown.stderr.contains("newer rerun"), "{}", shown.stderr);
     assert_eq!(shown.json()["error"]["kind"], "corrupt");
-    on(&store, &["forget", "billing.charge", "evt_new", "--yes"]).expect(0);
+    let refused = on(&store, &["forget", "billing.charge", "evt_new", "--yes"]).expect(1);
+    assert!(
+        refused.stderr.contains("newer rerun") && refused.stderr.contains("--force"),
+        "{}",
+        refused.stderr
+    );
+    on(&store, &["show", "billing.charge", "evt_new"]).expect(1);
+    on(
+        &store,
+        &["forget", "billing.charge", "evt_new", "--yes", "--force"],
+    )
+    .expect(0);
+    on(&store, &["show", "billing.charge", "evt_new"]).expect(1);
 }
 
 /// `ls --limit 5` on 10,000 records reads a page, not the store; `stats` counts them all.

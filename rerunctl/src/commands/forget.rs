@@ -8,7 +8,8 @@
 //!   `--force`: forgetting it lets a second run start while the first still runs;
 //! - it asks before it deletes, on a terminal; without one it refuses unless `--yes`.
 //!
-//! A record that cannot be read (corrupt) can still be forgotten: that is how it is cleared.
+//! A record that cannot be read (corrupt) can still be forgotten: that is how it is cleared;
+//! but one written by a newer rerun only with `--force`, since it may be a live claim.
 
 use std::ffi::OsString;
 use std::io::BufRead as _;
@@ -28,7 +29,8 @@ at-most-once call whose outcome is unknown (after checking what it did), or a co
 
 Asks first on a terminal; without one, refuses (exit 1) unless --yes. Refuses a live claim (in
 progress, lease running, holder not provably dead) unless --force (exit 1): forgetting it would
-let a second run start while the first one still runs.
+let a second run start while the first one still runs. A record written by a newer rerun is
+refused the same way: this rerunctl cannot tell whether it is a live claim.
 
 JSON: {\"store\", \"scope\", \"key\", \"forgotten\": true, \"was\": {the record as in `show`, without
 its result} | null (a record that could not be read)}";
@@ -72,6 +74,16 @@ pub fn run(ctx: &Context, args: &Args) -> Result<(), Failure> {
     let record: Option<RecordView> = match opened.store.inspect(&key) {
         Ok(Some(record)) => Some(record),
         Ok(None) => return Err(crate::target::not_found(&opened, &key, &args.key)),
+        // A newer rerun's record is probably fine, and may be a live claim this build cannot
+        // see: forgetting it is a `--force`, as for a live claim.
+        Err(rerun_core::Error::Corrupt {
+            kind: kind @ rerun_core::CorruptKind::UnknownVersion { .. },
+            ..
+        }) if !args.force => {
+            return Err(Failure::corrupt(&key, &kind).help(format!(
+                "use the rerunctl of the rerun release your service runs: this one cannot tell whether the record is a live claim, so it does not forget it without `rerunctl forget {typed} --force`"
+            )));
+        }
         Err(rerun_core::Error::Corrupt { kind, .. }) => {
             output::note(&format!(
                 "note: the record of {typed} cannot be read ({kind}); forgetting it clears it"
@@ -118,25 +130,19 @@ pub fn run(ctx: &Context, args: &Args) -> Result<(), Failure> {
     }
 
     // Forget exactly the record that was shown (and confirmed): if a call claimed or completed
-    // the key meanwhile, its fence moved on and that newer record is left alone.
+    // the key meanwhile, its fence moved on and that newer record is left alone. An unreadable
+    // record has no fence to hold it to: it is read again just before, and forgotten only if
+    // it is still unreadable (a record written meanwhile, readable, is left alone).
     let forgotten = match &record {
         Some(r) => opened.store.forget_if(&key, r.fence),
-        None => opened.store.forget(&key),
+        None => match opened.store.inspect(&key) {
+            Err(rerun_core::Error::Corrupt { .. }) => opened.store.forget(&key),
+            now => return Err(changed(&opened, &typed, now)),
+        },
     }
     .map_err(|e| opened.failure("forgetting the record", e))?;
     if !forgotten {
-        let now = opened.store.inspect(&key);
-        return Err(match now {
-            Ok(Some(r)) => Failure::refused(format!(
-                "{typed} changed before it could be forgotten (now {}, fence {}): not forgetting a record that was not the one shown",
-                r.status.as_str(),
-                r.fence
-            ))
-            .help(format!("look at it again with `rerunctl show {typed}`")),
-            _ => Failure::not_found(format!(
-                "{typed} was gone before it could be forgotten: something else forgot or purged it meanwhile"
-            )),
-        });
+        return Err(changed(&opened, &typed, opened.store.inspect(&key)));
     }
     if ctx.json {
         output::print_json(&Document {
@@ -154,6 +160,26 @@ pub fn run(ctx: &Context, args: &Args) -> Result<(), Failure> {
             "forgot {}{was}: its next call runs afresh\n",
             output::terminal_safe(&typed)
         ))
+    }
+}
+
+/// Why the record of `typed` was not forgotten, from what reading it again (`now`) found.
+fn changed(
+    opened: &crate::store::Opened,
+    typed: &str,
+    now: Result<Option<RecordView>, rerun_core::Error>,
+) -> Failure {
+    match now {
+        Ok(Some(r)) => Failure::refused(format!(
+            "{typed} changed before it could be forgotten (now {}, fence {}): not forgetting a record that was not the one shown",
+            r.status.as_str(),
+            r.fence
+        ))
+        .help(format!("look at it again with `rerunctl show {typed}`")),
+        Ok(None) => Failure::not_found(format!(
+            "{typed} was gone before it could be forgotten: something else forgot or purged it meanwhile"
+        )),
+        Err(e) => opened.failure("reading the record again", e),
     }
 }
 
