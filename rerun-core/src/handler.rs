@@ -35,6 +35,22 @@ pub trait Idempotent {
     }
 }
 
+/// What `payload`'s own `reconcile = …` function says (see [`Idempotent`]), as a reconciling
+/// call expects it; `OutcomeUnknown` for a type without one. For integrations that run a
+/// derived type's call themselves (a queue handler) and must honour its `reconcile`.
+#[doc(hidden)]
+pub fn type_reconcile<P, T, E>(payload: &P, key: &Key) -> Result<Reconciled<T>, E>
+where
+    P: Idempotent + ?Sized,
+    T: 'static,
+    E: From<Error> + 'static,
+{
+    match payload.__reconcile() {
+        Some(boxed) => reconciled(key, boxed),
+        None => Err(Error::OutcomeUnknown { key: key.clone() }.into()),
+    }
+}
+
 fn reconciled<T: 'static, E: From<Error> + 'static>(
     key: &Key,
     boxed: Box<dyn Any>,
@@ -112,14 +128,7 @@ pub trait Handle: Idempotent {
     ) -> Result<Outcome<Self::Output>, Self::Error> {
         let call = self.call()?;
         let key = call.key().clone();
-        call.run_reconciled(
-            store,
-            || match self.__reconcile() {
-                Some(boxed) => reconciled(&key, boxed),
-                None => Err(Error::OutcomeUnknown { key: key.clone() }.into()),
-            },
-            || self.handle(),
-        )
+        call.run_reconciled(store, || type_reconcile(self, &key), || self.handle())
     }
 }
 
@@ -146,12 +155,7 @@ pub trait AsyncHandle: Idempotent + Sync {
         async move {
             let call = self.call()?;
             let key = call.key().clone();
-            let reconcile = async {
-                match self.__reconcile() {
-                    Some(boxed) => reconciled(&key, boxed),
-                    None => Err(Error::OutcomeUnknown { key: key.clone() }.into()),
-                }
-            };
+            let reconcile = async { type_reconcile(self, &key) };
             call.run_async_reconciled(store, reconcile, self.handle())
                 .await
         }

@@ -112,7 +112,7 @@ pub mod __private {
     pub use crate::checkpoint::{hit as checkpoint_hit, Point};
     pub use crate::error::Error;
     pub use crate::fingerprint::Fingerprint;
-    pub use crate::handler::{AsyncHandle, Handle, Idempotent};
+    pub use crate::handler::{type_reconcile, AsyncHandle, Handle, Idempotent};
     pub use crate::key::{IntoKey, Key};
     pub use crate::runtime::{Call, Options, Reconciled};
     pub use crate::scope::DefaultScope;

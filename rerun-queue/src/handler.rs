@@ -117,8 +117,9 @@ impl<T, S: ?Sized, F, O, E, C> Typed<T, S, F, O, E, C> {
 
     /// For a `once` type: when an earlier delivery died mid-body, `reconcile(payload)` looks
     /// at the world and says whether the effect happened ([`Reconciled::Done`] is recorded
-    /// and acked, [`Reconciled::NotDone`] runs the work). Without it, such a message is
-    /// dead-lettered as `OutcomeUnknown`.
+    /// and acked, [`Reconciled::NotDone`] runs the work). It replaces the type's own
+    /// `#[rerun(reconcile = …)]`; without either, such a message is dead-lettered as
+    /// `OutcomeUnknown`.
     pub fn reconcile<R, RFut>(mut self, reconcile: R) -> Self
     where
         T: Clone + Send + 'static,
@@ -156,7 +157,21 @@ where
                     call.run_async_reconciled(&*self.store, check, (self.work)(payload))
                         .await
                 }
-                None => call.run_async(&*self.store, (self.work)(payload)).await,
+                // The type's own `#[rerun(reconcile = …)]`, if it has one, on a copy of the
+                // payload decoded again: the work takes the payload, and the check runs only
+                // when an earlier delivery died mid-body.
+                None => {
+                    let key = call.key().clone();
+                    let codec = &self.codec;
+                    let check = async move {
+                        match codec.decode::<T>(message.body()) {
+                            Ok(again) => rerun_core::__private::type_reconcile(&again, &key),
+                            Err(_) => Err(rerun_core::Error::outcome_unknown(&key).into()),
+                        }
+                    };
+                    call.run_async_reconciled(&*self.store, check, (self.work)(payload))
+                        .await
+                }
             };
             settled(result)
         })

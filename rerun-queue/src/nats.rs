@@ -73,7 +73,8 @@ pub const DEAD_MSG_ID_HEADER: &str = "Rerun-Dead-Letter-Msg-Id";
 ///         Ok::<_, rerun_core::Error>(o.cents)
 ///     }))
 ///     .settings(Settings::new().max_in_flight(32))
-///     .dead_letter_subject(js.clone(), "ORDERS.dead")
+///     // Kept by a stream of its own (`ORDERS_DEAD`), so this consumer never reads its copies.
+///     .dead_letter_subject(js.clone(), "ORDERS_DEAD.orders")
 ///     .run(shutdown::terminated())
 ///     .await?;
 /// println!("{} acked", report.acked());
@@ -128,6 +129,11 @@ impl<H: Handler + ?Sized> JetStreamConsumer<H> {
     /// window a second copy is kept: set the window longer than a message takes to come back
     /// and fail again (the consumer's `ack_wait`, plus the time no consumer runs, plus the
     /// handler's own run).
+    ///
+    /// Keep `subject` out of what this consumer reads (a stream of its own, or a filter that
+    /// leaves it out). A copy that reaches it anyway and fails again (it carries
+    /// [`DEAD_REASON_HEADER`]) is terminated without another copy, logged at `warn`, so a
+    /// message never loops through its own copies.
     pub fn dead_letter_subject(
         mut self,
         js: jetstream::Context,
@@ -271,6 +277,20 @@ impl JsDelivery {
             return Ok(());
         };
         let (js, subject) = &**target;
+        // A copy that failed again (its consumer reads the dead-letter subject too) is
+        // terminated where it is: copying it again would feed the consumer its own copies.
+        let is_copy = self
+            .inner
+            .headers
+            .as_ref()
+            .is_some_and(|h| h.get(DEAD_REASON_HEADER).is_some());
+        if is_copy {
+            tracing::warn!(
+                message = %self.message.describe(),
+                "rerun-queue: a dead-lettered copy failed again; it is terminated without another copy (read the dead-letter subject from a stream or consumer of its own)"
+            );
+            return Ok(());
+        }
         // The copy's `Nats-Msg-Id` names this message's place in its stream, never the
         // original's id (the dead-letter stream may be the original's own, and must not
         // drop the copy as a duplicate of it). The id and the subject came off the wire as

@@ -181,3 +181,39 @@ async fn a_failed_dead_letter_comes_back_with_backoff() {
     assert_eq!(rig.outstanding().await, 1, "the message is kept");
     rig.cleanup().await;
 }
+
+/// A dead-lettered copy that comes back to a consumer (its stream captures the dead-letter
+/// subject too) and fails again is terminated without another copy: no loop.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_letter_copy_that_fails_again_is_not_copied_again() {
+    let Some(rig) = rig("recopy").await else {
+        return;
+    };
+    let mut headers = async_nats::HeaderMap::new();
+    headers.insert(DEAD_REASON_HEADER, "the body is not the expected JSON");
+    headers.insert(DEAD_MSG_ID_HEADER, "m-1");
+    rig.js()
+        .publish_with_headers(
+            format!("{}.in", rig.name),
+            headers,
+            br#"{"kind":"x"}"#.to_vec().into(),
+        )
+        .await
+        .expect("publish")
+        .await
+        .expect("stored");
+    let runs = Arc::new(AtomicUsize::new(0));
+    let stop = async {
+        eventually(Duration::from_secs(10), || async {
+            rig.outstanding().await == 0
+        })
+        .await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    };
+    let report = rig.consume(Hopeless(runs.clone()), fast(), stop).await;
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "{report:?}");
+    assert_eq!(report.dead_lettered, 1, "{report:?}");
+    assert_eq!(rig.dead_letters().await, 0, "no copy of a copy");
+    assert_eq!(rig.outstanding().await, 0, "terminated");
+    rig.cleanup().await;
+}
