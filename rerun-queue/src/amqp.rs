@@ -13,6 +13,13 @@
 //!
 //! RabbitMQ has no redelivery timer to extend: an unacked delivery stays with its consumer
 //! until the channel closes (or the broker's `consumer_timeout`, 30 min by default, runs out).
+//! So a delivery is held for a delay of at most [`MAX_HOLD`] (15 min), then requeued.
+//!
+//! On RabbitMQ 4.0 and later a quorum queue has a delivery limit of 20 by default, and every
+//! requeue counts: a message whose key another consumer holds for long (a holder on another
+//! host that died, until its lease ends) is requeued about once a second and would be
+//! dead-lettered by the broker itself, without rerun's `warn`. Give such queues a
+//! `delivery-limit` policy well above the requeues a lease can cause (or `-1`, none).
 
 use std::future::Future;
 use std::sync::Arc;
@@ -29,6 +36,12 @@ use rerun_core::printable::escaped;
 
 use crate::error::Error;
 use crate::handler::Handler;
+
+/// The longest a delivery is held before it is requeued: half the broker's default
+/// `consumer_timeout` (30 min). A delivery held past that timeout closes the whole channel,
+/// with every other delivery on it; a longer delay (a backoff of hours, `Duration::MAX`)
+/// is served as a requeue every 15 minutes.
+pub const MAX_HOLD: Duration = Duration::from_secs(15 * 60);
 use crate::message::Message;
 use crate::runner::{self, Delivery, Source};
 use crate::settings::{Report, Settings};
@@ -315,8 +328,8 @@ impl Delivery for AmqpDelivery {
     }
     async fn redeliver(&self, after: Duration) -> Result<(), String> {
         // AMQP has no delayed requeue: hold the delivery (it is not redelivered to anyone
-        // while held), then requeue it.
-        tokio::time::sleep(after).await;
+        // while held), then requeue it; never past the broker's `consumer_timeout`.
+        tokio::time::sleep(after.min(MAX_HOLD)).await;
         self.requeue().await
     }
     async fn dead_letter(&self, _reason: &str) -> Result<(), String> {
