@@ -24,6 +24,7 @@
 //! in `pool`.
 
 mod cursor;
+mod forked;
 mod pool;
 mod row;
 mod sql;
@@ -258,10 +259,11 @@ impl SqliteStore {
                 Err(e) => return Err(io_err(format!("checking the filesystem of {}", path.display()), e)),
             }
         }
+        let pool = Pool::new(&path, options.max_connections, options.max_idle);
         let inner = Arc::new_cyclic(|me| Inner {
             me: me.clone(),
             path,
-            pool: Pool::new(options.max_connections, options.max_idle),
+            pool,
             clock: options.clock,
             busy_timeout: options.busy_timeout,
         });

@@ -8,15 +8,20 @@
 //! - **Sharded**: idle connections sit in a few lists picked by thread, so concurrent callers
 //!   rarely meet on one lock.
 //! - **Fork-aware**: every connection is tagged with the process generation that opened it. A
-//!   forked child never uses (nor closes) a connection of its parent's: SQLite connections must
-//!   not cross a `fork()`. It leaves them alone and opens its own.
+//!   forked child never runs a statement on a connection of its parent's: SQLite connections
+//!   must not cross a `fork()`. It closes the idle ones before it opens its own, since SQLite's
+//!   table of this process's locks on the file would otherwise carry them over to its own
+//!   connections ([`super::forked`] says why, and refuses a child whose inherited connections it
+//!   cannot all close).
 
+use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use rusqlite::Connection;
 
+use super::forked;
 use crate::error::Error;
 
 /// How many shards the idle lists have.
@@ -38,6 +43,13 @@ pub(super) struct Conn {
     pub(super) conn: Connection,
     busy: Duration,
     generation: u64,
+    path: Arc<Path>,
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        forked::closed(&self.path, self.generation);
+    }
 }
 
 impl Conn {
@@ -59,6 +71,8 @@ struct Counts {
 }
 
 pub(super) struct Pool {
+    /// The file the connections are to.
+    path: Arc<Path>,
     shards: [Mutex<Vec<Conn>>; SHARDS],
     counts: Mutex<Counts>,
     returned: Condvar,
@@ -69,8 +83,9 @@ pub(super) struct Pool {
 }
 
 impl Pool {
-    pub(super) fn new(max_open: usize, max_idle: usize) -> Pool {
+    pub(super) fn new(path: &Path, max_open: usize, max_idle: usize) -> Pool {
         Pool {
+            path: Arc::from(path),
             shards: std::array::from_fn(|_| Mutex::new(Vec::new())),
             counts: Mutex::new(Counts {
                 generation: generation(),
@@ -111,12 +126,23 @@ impl Pool {
                 if conn.generation == now {
                     return Some(conn);
                 }
-                // Opened by a parent process before a fork: closing it here could disturb
-                // the parent's session; leave it be.
-                std::mem::forget(conn);
+                // Opened by a parent process before a fork: closed, never used (closing
+                // touches no lock of the parent's, and checkpoints only a file no other
+                // process has open).
+                drop(conn);
             }
         }
         None
+    }
+
+    /// Closes the idle connections a parent process left in this pool before a fork.
+    fn close_inherited(&self, now: u64) {
+        for i in 0..SHARDS {
+            let mut shard = self.shard(i);
+            let before = shard.len();
+            shard.retain(|conn| conn.generation == now);
+            self.idle.fetch_sub(before - shard.len(), Ordering::Relaxed);
+        }
     }
 
     /// A connection: an idle one, a new one while fewer than the cap exist, or the next one
@@ -145,12 +171,24 @@ impl Pool {
             if counts.open < self.max_open {
                 counts.open += 1;
                 drop(counts);
+                self.close_inherited(now);
+                if let Some(why) = forked::inherited(&self.path, now) {
+                    self.closed(now);
+                    return Err(Error::config(format!(
+                        "opening a connection to {}: {why}",
+                        self.path.display()
+                    )));
+                }
                 return match open() {
                     Ok(conn) => Ok((
-                        Conn {
-                            conn,
-                            busy: Duration::MAX,
-                            generation: now,
+                        {
+                            forked::opened(&self.path, now);
+                            Conn {
+                                conn,
+                                busy: Duration::MAX,
+                                generation: now,
+                                path: self.path.clone(),
+                            }
                         },
                         started.elapsed(),
                     )),
@@ -184,7 +222,8 @@ impl Pool {
     pub(super) fn put_back(&self, conn: Conn) {
         let now = generation();
         if conn.generation != now {
-            std::mem::forget(conn);
+            // A parent's connection in use at the fork, handed back in the child: closed.
+            drop(conn);
             return;
         }
         // Kept while there is a waiter for it or the idle ones are few; otherwise closed, so
@@ -235,7 +274,7 @@ mod tests {
 
     #[test]
     fn an_idle_connection_is_taken_as_no_time_spent_and_keeps_its_busy_timeout() {
-        let pool = Pool::new(1, 1);
+        let pool = Pool::new(Path::new(":memory:"), 1, 1);
         let (mut conn, _) = pool.take(Duration::from_secs(5), open, exhausted).unwrap();
         conn.busy_timeout(Duration::from_secs(5)).unwrap();
         pool.put_back(conn);
@@ -246,7 +285,7 @@ mod tests {
 
     #[test]
     fn a_wait_for_a_connection_counts_as_time_spent_and_ends_at_the_deadline() {
-        let pool = Pool::new(1, 1);
+        let pool = Pool::new(Path::new(":memory:"), 1, 1);
         let (held, _) = pool.take(Duration::from_secs(5), open, exhausted).unwrap();
         let started = Instant::now();
         let err = match pool.take(Duration::from_millis(50), open, exhausted) {
