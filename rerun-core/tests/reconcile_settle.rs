@@ -298,3 +298,55 @@ fn a_statement_a_killed_holder_left_in_the_database_socket_is_seen_by_the_reconc
     }
     assert_eq!(count(side.exec(&count_sql)), 1, "the receipt was sent once");
 }
+
+/// A call without `once` that takes over an at-most-once attempt's unknown outcome keeps the
+/// claim at most once: when its reconcile panics, the key goes back to unknown, never released
+/// for a rerun of the body.
+#[test]
+fn a_replayable_call_on_an_unknown_outcome_leaves_it_unknown_when_it_panics() {
+    use rerun_core::record::{ClaimRequest, ClaimResponse, Status};
+    use rerun_core::{Fingerprint, Holder, Key, Store};
+    let store = MemoryStore::new();
+    let key = Key::new("settle.mode", "k");
+    let claimed = store.claim(&ClaimRequest {
+        key: &key,
+        fingerprint: &Fingerprint::EMPTY,
+        holder: &Holder::current(),
+        lease: Duration::from_secs(30),
+        once: true,
+        steal: None,
+    });
+    let Ok(ClaimResponse::Claimed(claim)) = claimed else {
+        panic!("not claimed: {claimed:?}")
+    };
+    store.mark_unknown(&claim).unwrap_or_else(|e| panic!("{e}"));
+    let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        Call::new("settle.mode", "k")
+            .settle(Duration::ZERO)
+            .run_reconciled(
+                &store,
+                || -> Result<Reconciled<u32>, Error> { panic!("the reconcile function panicked") },
+                || Ok(1u32),
+            )
+    }));
+    assert!(ran.is_err(), "the panic reaches the caller");
+    // The claim is given back in the background: unknown again, soon, and never released.
+    let until = Instant::now() + Duration::from_secs(10);
+    loop {
+        let status = store
+            .inspect(&key)
+            .unwrap_or_else(|e| panic!("{e}"))
+            .map(|v| v.status);
+        assert_ne!(status, Some(Status::Released), "released for a rerun");
+        if status == Some(Status::Unknown) {
+            break;
+        }
+        assert!(Instant::now() < until, "still {status:?}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let again = Call::new("settle.mode", "k").run(&store, || Ok::<_, Error>(2u32));
+    assert!(
+        matches!(again, Err(Error::OutcomeUnknown { .. })),
+        "{again:?}"
+    );
+}

@@ -440,7 +440,7 @@ where
     };
     let kind = backend.kind();
     let mut waited = false;
-    let (claim, sent) = loop {
+    let (mut claim, sent) = loop {
         // The lease is granted after this moment; the keeper counts it from here.
         let sent = Instant::now();
         attempt.started.get_or_insert(sent);
@@ -494,6 +494,10 @@ where
     }
     let ttl = options.ttl_duration();
     let unknown = claim.abandoned.as_ref().is_some_and(|a| a.outcome_unknown);
+    // Taken over from an at-most-once attempt whose outcome is unknown, the claim is
+    // at-most-once too, whatever this call's mode: if this call panics, is dropped or fails to
+    // record, the key goes back to unknown, never released for a rerun.
+    claim.once |= unknown;
     let mut held = Held::new(
         backend.shared(),
         claim,
