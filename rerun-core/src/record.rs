@@ -232,9 +232,17 @@ pub enum Decision {
 }
 
 impl LocalRecord {
+    /// Whether this record was written in the boot `boot_id`, so that its monotonic times can be
+    /// compared with this boot's. An unknown boot id (empty: `/proc` could not be read) is no
+    /// boot's: a record of one is judged on the wall clock, as one of another boot, since the
+    /// monotonic clock starts again at every boot and an earlier boot's times would look far off.
+    fn same_boot(&self, boot_id: &str) -> bool {
+        !boot_id.is_empty() && *self.boot_id == *boot_id
+    }
+
     /// Whether a completed record has expired at `now` (exactly at expiry counts as expired).
     pub fn expired(&self, now: Now, boot_id: &str) -> bool {
-        if *self.boot_id == *boot_id {
+        if self.same_boot(boot_id) {
             now.mono_ns >= self.expires_mono_ns
         } else {
             now.wall_ms >= self.expires_wall_ms
@@ -249,7 +257,7 @@ impl LocalRecord {
     /// judges the lease on the wall clock, which after a reboot has long passed a lease of
     /// seconds, and which on one running kernel is the same clock for both.
     pub fn lease_left(&self, now: Now, boot_id: &str) -> Option<Duration> {
-        if *self.boot_id == *boot_id {
+        if self.same_boot(boot_id) {
             return (now.mono_ns < self.lease_until_ns)
                 .then(|| Duration::from_nanos(self.lease_until_ns - now.mono_ns));
         }
@@ -534,6 +542,44 @@ mod tests {
                 })
             }
         ));
+    }
+
+    /// Where the boot id cannot be read (empty), a record is judged on the wall clock: its
+    /// monotonic times may be of an earlier boot (the clock starts again at zero), so a lease
+    /// or a ttl that ran out before a reboot must not look days long after it.
+    #[test]
+    fn a_record_of_an_unknown_boot_is_judged_on_the_wall_clock() {
+        let key = Key::new("s", "k");
+        let fp = Fingerprint::of(&1).unwrap_or_else(|e| panic!("{e}"));
+        let h = Holder::current();
+        let mut r = LocalRecord::claimed(
+            &ClaimRequest {
+                lease: Duration::from_secs(30),
+                ..req(&key, &fp, &h)
+            },
+            1,
+            Now {
+                mono_ns: 5_000_000_000_000,
+                wall_ms: 1_000_000,
+            },
+        );
+        r.boot_id = Cow::Borrowed("");
+        // After a reboot: the monotonic clock is back near zero, the wall clock a minute on.
+        let after = Now {
+            mono_ns: 1_000_000_000,
+            wall_ms: 1_060_000,
+        };
+        assert_eq!(r.lease_left(after, ""), None);
+        r.complete(b"r", Duration::from_secs(30), after);
+        r.boot_id = Cow::Borrowed("");
+        let later = Now {
+            mono_ns: 2_000_000_000,
+            wall_ms: 1_100_000,
+        };
+        assert!(r.expired(later, ""));
+        // With a known boot id, the same times on the monotonic clock: not yet.
+        r.boot_id = Cow::Borrowed("b1");
+        assert!(!r.expired(later, "b1"));
     }
 
     proptest::proptest! {

@@ -8,7 +8,8 @@
 //! waits for the write lock.
 //! The journal is WAL. Replayable claims commit with `synchronous=NORMAL` (durable against a
 //! crash of the process, which is what a replayable function needs); claims of `once` functions
-//! commit with `synchronous=FULL`, so a power loss cannot forget that the body may have started.
+//! commit with `synchronous=FULL`, so a power loss cannot forget that the body may have started,
+//! and so do their results and unknown outcomes, so that one cannot forget that it ended either.
 //! Leases and expiry use the host's `CLOCK_BOOTTIME`, shared by all its processes.
 //!
 //! Every call has a deadline: a statement waits for another connection's write lock at most the
@@ -439,6 +440,7 @@ impl Inner {
         what: &str,
         sql: &str,
         extra: &[&dyn rusqlite::ToSql],
+        full_sync: bool,
     ) -> Result<(), Error> {
         let key = &claim.key;
         let changed = self.with(Some(key), deadline, |conn| {
@@ -451,8 +453,20 @@ impl Inner {
             let mut args: SmallVec<[&dyn rusqlite::ToSql; 8]> = SmallVec::new();
             args.extend([&scope as &dyn rusqlite::ToSql, &id, &fence]);
             args.extend_from_slice(extra);
-            stmt.execute(args.as_slice())
-                .map_err(|e| sql_err(Some(key), what, e))
+            if !full_sync {
+                return stmt
+                    .execute(args.as_slice())
+                    .map_err(|e| sql_err(Some(key), what, e));
+            }
+            // As for a `once` claim: durable against a power loss too, then back to normal.
+            conn.pragma_update(None, "synchronous", "FULL")
+                .map_err(|e| sql_err(Some(key), "raising durability", e))?;
+            let changed = stmt
+                .execute(args.as_slice())
+                .map_err(|e| sql_err(Some(key), what, e));
+            conn.pragma_update(None, "synchronous", "NORMAL")
+                .map_err(|e| sql_err(Some(key), "restoring durability", e))?;
+            changed
         })?;
         if changed == 1 {
             Ok(())
@@ -680,6 +694,7 @@ impl Store for Inner {
             "recording the result",
             sql::COMPLETE,
             &[&boot, &exp_mono, &exp_wall, &result, &now.wall_ms],
+            claim.once,
         )
     }
 
@@ -691,6 +706,7 @@ impl Store for Inner {
             "releasing the claim",
             sql::RELEASE,
             &[&now.wall_ms],
+            false,
         )
     }
 
@@ -705,6 +721,7 @@ impl Store for Inner {
             "renewing the lease",
             sql::RENEW,
             &[&boot, &until, &until_wall],
+            false,
         )
     }
 
@@ -716,6 +733,7 @@ impl Store for Inner {
             "marking the outcome unknown",
             sql::MARK_UNKNOWN,
             &[&now.wall_ms],
+            claim.once,
         )
     }
 

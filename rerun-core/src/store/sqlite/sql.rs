@@ -186,8 +186,10 @@ pub(super) const FORGET_IF: &str =
 
 /// Deletes completed records past their expiry, returning their fences for the floor: on the
 /// monotonic clock for records of this boot, on the wall clock for records of an earlier boot
-/// (whose monotonic times mean nothing now).
+/// (whose monotonic times mean nothing now) or of an unknown one (an empty boot id, as
+/// `LocalRecord::expired` judges it).
 pub(super) const PURGE: &str = "DELETE FROM rerun_records WHERE (scope, id) IN (
     SELECT scope, id FROM rerun_records WHERE status = 'completed' AND (
-        (boot_id = ?1 AND expires_mono <= ?2) OR (boot_id <> ?1 AND expires_wall <= ?3))
+        (boot_id = ?1 AND ?1 <> '' AND expires_mono <= ?2)
+        OR ((boot_id <> ?1 OR ?1 = '') AND expires_wall <= ?3))
     LIMIT ?4) RETURNING fence";
