@@ -8,7 +8,10 @@
 //! - **workers** make the store calls: each renewal and each give-back is a task of its own, and
 //!   a task that finds no idle worker gets a new one (up to [`MAX_WORKERS`]; idle workers exit
 //!   after a while). A renewal stuck on a locked SQLite file or a silent TCP peer occupies one
-//!   worker until its store's deadline, and every other claim keeps being renewed meanwhile.
+//!   worker until its store's deadline, and every other claim keeps being renewed meanwhile:
+//!   the tasks of one store (told apart by [`Store::describe`]) run on at most
+//!   [`MAX_WORKERS_PER_STORE`] workers at once, so a store that hangs with many claims in flight
+//!   leaves the other workers to the other stores.
 //!
 //! A store call that panics (a store a user wrote, say) is caught and logged; so is a waker that
 //! panics. The keeper keeps going.
@@ -40,6 +43,10 @@ use crate::store::Store;
 
 /// The most worker threads one process runs at once.
 pub(crate) const MAX_WORKERS: usize = 64;
+
+/// The most workers the tasks of one store occupy at once: a quarter of them, so that a few
+/// stores that hang leave workers to the rest.
+pub(crate) const MAX_WORKERS_PER_STORE: usize = MAX_WORKERS / 4;
 
 /// How long an idle worker waits for work before it exits (one always stays).
 const WORKER_IDLE: Duration = Duration::from_secs(10);
@@ -104,11 +111,48 @@ struct State {
 
 type Task = Box<dyn FnOnce() + Send + 'static>;
 
+/// The store a task calls, as a hash of its description: tasks of one store share a lane.
+type Lane = u64;
+
+fn lane_of(store: &dyn Store) -> Lane {
+    use std::hash::BuildHasher as _;
+    foldhash::fast::FixedState::default().hash_one(store.describe())
+}
+
 #[derive(Default)]
 struct Pool {
-    tasks: VecDeque<Task>,
+    tasks: VecDeque<(Lane, Task)>,
+    /// Tasks running now, per lane (lanes with none are removed).
+    running: HashMap<Lane, usize, foldhash::fast::FixedState>,
     idle: usize,
     threads: usize,
+}
+
+impl Pool {
+    /// The first queued task whose lane has a worker to spare.
+    fn next_task(&mut self) -> Option<(Lane, Task)> {
+        let running = &self.running;
+        let at = self.tasks.iter().position(|(lane, _)| {
+            running.get(lane).copied().unwrap_or(0) < MAX_WORKERS_PER_STORE
+        })?;
+        let (lane, task) = self.tasks.remove(at)?;
+        *self.running.entry(lane).or_insert(0) += 1;
+        Some((lane, task))
+    }
+
+    /// Counts a task of `lane` as done; whether the lane was full (a task of it may be held
+    /// back in the queue, and can run now).
+    fn finished(&mut self, lane: Lane) -> bool {
+        let Some(n) = self.running.get_mut(&lane) else {
+            return false;
+        };
+        let was_full = *n >= MAX_WORKERS_PER_STORE;
+        *n -= 1;
+        if *n == 0 {
+            self.running.remove(&lane);
+        }
+        was_full
+    }
 }
 
 pub(crate) struct Keeper {
@@ -225,12 +269,18 @@ impl Keeper {
     /// Runs a job on a worker.
     pub(crate) fn submit(&'static self, job: Job) {
         self.lock().submitted += 1;
-        self.spawn_task(Box::new(move || {
-            run_job(job);
-            let mut state = self.lock();
-            state.finished += 1;
-            self.settled.notify_all();
-        }));
+        let lane = match &job {
+            Job::Release(store, _) | Job::MarkUnknown(store, _) => lane_of(&**store),
+        };
+        self.spawn_task(
+            lane,
+            Box::new(move || {
+                run_job(job);
+                let mut state = self.lock();
+                state.finished += 1;
+                self.settled.notify_all();
+            }),
+        );
     }
 
     /// Waits up to `timeout` until every job submitted so far has run (the claims of dropped
@@ -257,12 +307,16 @@ impl Keeper {
 
     // ---- workers ------------------------------------------------------------------------
 
-    /// Queues a task; starts a worker when no idle one is left for it.
-    fn spawn_task(&'static self, task: Task) {
+    /// Queues a task of `lane`; starts a worker when no idle one is left for it.
+    fn spawn_task(&'static self, lane: Lane, task: Task) {
         let mut pool = self.pool();
-        pool.tasks.push_back(task);
-        if pool.tasks.len() <= pool.idle {
+        pool.tasks.push_back((lane, task));
+        if pool.idle > 0 {
+            // An idle worker takes the first task it may run: this one, or, when this one's
+            // lane is full, one queued before it.
             self.work.notify_one();
+        }
+        if pool.tasks.len() <= pool.idle {
             return;
         }
         if pool.threads >= MAX_WORKERS {
@@ -284,7 +338,7 @@ impl Keeper {
     fn work(&'static self) {
         let mut pool = self.pool();
         loop {
-            if let Some(task) = pool.tasks.pop_front() {
+            if let Some((lane, task)) = pool.next_task() {
                 drop(pool);
                 if let Err(panic) = catch_unwind(AssertUnwindSafe(task)) {
                     tracing::error!(
@@ -293,6 +347,10 @@ impl Keeper {
                     );
                 }
                 pool = self.pool();
+                if pool.finished(lane) && !pool.tasks.is_empty() {
+                    // A task held back for its lane may run now, on an idle worker.
+                    self.work.notify_one();
+                }
                 continue;
             }
             pool.idle += 1;
@@ -376,7 +434,11 @@ impl Keeper {
                 }
             }
             for (id, store, claim, lease) in due {
-                self.spawn_task(Box::new(move || self.renew(id, &*store, &claim, lease)));
+                let lane = lane_of(&*store);
+                self.spawn_task(
+                    lane,
+                    Box::new(move || self.renew(id, &*store, &claim, lease)),
+                );
             }
             return;
         }
