@@ -27,6 +27,11 @@ pub trait Idempotent {
     fn __reconcile(&self) -> Option<Box<dyn Any>> {
         None
     }
+    /// Whether the type has a `reconcile = path` function, without calling it.
+    #[doc(hidden)]
+    fn __has_reconcile(&self) -> bool {
+        false
+    }
     /// The call this value makes.
     fn call(&self) -> Result<Call, Error> {
         Ok(Call::with_key(self.idempotency_key())

@@ -320,8 +320,8 @@ impl LocalRecord {
             },
             expires_in: match self.status {
                 Status::Completed if !self.expired(now, boot_id) => {
-                    Some(if *self.boot_id == *boot_id {
-                        Duration::from_nanos(self.expires_mono_ns - now.mono_ns)
+                    Some(if self.same_boot(boot_id) {
+                        Duration::from_nanos(self.expires_mono_ns.saturating_sub(now.mono_ns))
                     } else {
                         wall_span(now.wall_ms, self.expires_wall_ms)
                     })
@@ -577,6 +577,16 @@ mod tests {
             wall_ms: 1_100_000,
         };
         assert!(r.expired(later, ""));
+        // And so is what a view shows: no expiry left, whatever the monotonic clock says.
+        assert_eq!(r.view(&key, later, "").expires_in, None);
+        let before = Now {
+            mono_ns: 0,
+            wall_ms: 1_070_000,
+        };
+        assert_eq!(
+            r.view(&key, before, "").expires_in,
+            Some(Duration::from_secs(20))
+        );
         // With a known boot id, the same times on the monotonic clock: not yet.
         r.boot_id = Cow::Borrowed("b1");
         assert!(!r.expired(later, "b1"));

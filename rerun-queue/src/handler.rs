@@ -157,9 +157,12 @@ where
                     call.run_async_reconciled(&*self.store, check, (self.work)(payload))
                         .await
                 }
-                // The type's own `#[rerun(reconcile = …)]`, if it has one, on a copy of the
-                // payload decoded again: the work takes the payload, and the check runs only
-                // when an earlier delivery died mid-body.
+                None if !payload.__has_reconcile() => {
+                    call.run_async(&*self.store, (self.work)(payload)).await
+                }
+                // The type's own `#[rerun(reconcile = …)]`, on a copy of the payload decoded
+                // again: the work takes the payload, and the check runs only when an earlier
+                // delivery died mid-body.
                 None => {
                     let key = call.key().clone();
                     let codec = &self.codec;

@@ -131,7 +131,7 @@ impl<H: Handler + ?Sized> JetStreamConsumer<H> {
     /// handler's own run).
     ///
     /// Keep `subject` out of what this consumer reads (a stream of its own, or a filter that
-    /// leaves it out). A copy that reaches it anyway and fails again (it carries
+    /// leaves it out). A copy that reaches it anyway on `subject` and fails again (it carries
     /// [`DEAD_REASON_HEADER`]) is terminated without another copy, logged at `warn`, so a
     /// message never loops through its own copies.
     pub fn dead_letter_subject(
@@ -277,14 +277,16 @@ impl JsDelivery {
             return Ok(());
         };
         let (js, subject) = &**target;
-        // A copy that failed again (its consumer reads the dead-letter subject too) is
-        // terminated where it is: copying it again would feed the consumer its own copies.
-        let is_copy = self
-            .inner
-            .headers
-            .as_ref()
-            .is_some_and(|h| h.get(DEAD_REASON_HEADER).is_some());
-        if is_copy {
+        // A copy that failed again where it was put (its consumer reads the dead-letter
+        // subject too) is terminated there: copying it again would feed the consumer its own
+        // copies. A copy sent back to be run again (another subject) is copied as any message.
+        let is_own_copy = self.message.subject() == subject.as_str()
+            && self
+                .inner
+                .headers
+                .as_ref()
+                .is_some_and(|h| h.get(DEAD_REASON_HEADER).is_some());
+        if is_own_copy {
             tracing::warn!(
                 message = %self.message.describe(),
                 "rerun-queue: a dead-lettered copy failed again; it is terminated without another copy (read the dead-letter subject from a stream or consumer of its own)"

@@ -63,6 +63,9 @@ pub fn expand(input: &DeriveInput, model: &Model) -> TokenStream {
                 #check
                 #rt::boxed_reconcile(result)
             }
+            fn __has_reconcile(&self) -> bool {
+                true
+            }
         }
     });
 

@@ -136,6 +136,15 @@ pub fn run(ctx: &Context, args: &Args) -> Result<(), Failure> {
     let forgotten = match &record {
         Some(r) => opened.store.forget_if(&key, r.fence),
         None => match opened.store.inspect(&key) {
+            // Rewritten meanwhile by a newer rerun (perhaps a live claim): as above.
+            Err(rerun_core::Error::Corrupt {
+                kind: kind @ rerun_core::CorruptKind::UnknownVersion { .. },
+                ..
+            }) if !args.force => {
+                return Err(Failure::corrupt(&key, &kind).help(format!(
+                    "it was rewritten by a newer rerun meanwhile; use the rerunctl of that release, or `rerunctl forget {typed} --force`"
+                )))
+            }
             Err(rerun_core::Error::Corrupt { .. }) => opened.store.forget(&key),
             now => return Err(changed(&opened, &typed, now)),
         },

@@ -15,6 +15,7 @@
 //! same file) makes opening a connection fail with a permanent store error that says so.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, TryLockError};
 use std::time::{Duration, Instant};
 
@@ -27,19 +28,31 @@ struct Live {
 
 static LIVE: Mutex<Vec<Live>> = Mutex::new(Vec::new());
 
-/// The table, or `None` when it stays locked: a child forked while a thread of its parent held
-/// the lock (held for a few instructions at a time, so a second means its holder is gone).
+/// The process generation that last took [`LIVE`]: the first process's (0) until a fork.
+static LOCKED_IN: AtomicU64 = AtomicU64::new(0);
+
+/// The table, or `None` when it stays locked in a forked child. A process waits for the lock
+/// as for any other; but the first time a child takes it, a thread of its parent may have held
+/// it at the fork, and no thread of the child will ever let it go. The lock is held for a few
+/// instructions at a time, so a child that cannot take it within a second gives up.
 fn live() -> Option<MutexGuard<'static, Vec<Live>>> {
+    let now = crate::process::current().forks;
+    if LOCKED_IN.load(Ordering::Acquire) == now {
+        return Some(LIVE.lock().unwrap_or_else(|p| p.into_inner()));
+    }
     let until = Instant::now() + Duration::from_secs(1);
     loop {
-        match LIVE.try_lock() {
-            Ok(guard) => return Some(guard),
-            Err(TryLockError::Poisoned(p)) => return Some(p.into_inner()),
+        let guard = match LIVE.try_lock() {
+            Ok(guard) => guard,
+            Err(TryLockError::Poisoned(p)) => p.into_inner(),
             Err(TryLockError::WouldBlock) if Instant::now() < until => {
                 std::thread::sleep(Duration::from_micros(50));
+                continue;
             }
             Err(TryLockError::WouldBlock) => return None,
-        }
+        };
+        LOCKED_IN.store(now, Ordering::Release);
+        return Some(guard);
     }
 }
 

@@ -43,10 +43,18 @@ pub(super) struct Conn {
     pub(super) conn: Connection,
     busy: Duration,
     generation: u64,
-    path: Arc<Path>,
+    /// Dropped after `conn` (fields drop in order): the connection is counted as closed only
+    /// once SQLite closed it.
+    _counted: Counted,
 }
 
-impl Drop for Conn {
+/// An open connection to `path` of `generation`, as [`forked`] counts it.
+struct Counted {
+    path: Arc<Path>,
+    generation: u64,
+}
+
+impl Drop for Counted {
     fn drop(&mut self) {
         forked::closed(&self.path, self.generation);
     }
@@ -187,7 +195,10 @@ impl Pool {
                                 conn,
                                 busy: Duration::MAX,
                                 generation: now,
-                                path: self.path.clone(),
+                                _counted: Counted {
+                                    path: self.path.clone(),
+                                    generation: now,
+                                },
                             }
                         },
                         started.elapsed(),
