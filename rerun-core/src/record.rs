@@ -136,6 +136,19 @@ pub struct ClaimRequest<'a> {
     pub steal: Option<Fence>,
 }
 
+impl<'a> ClaimRequest<'a> {
+    /// The request as the store records its claim when it takes over `abandoned`: an attempt
+    /// whose outcome is unknown (an at-most-once attempt that died, or an unknown record) is
+    /// taken over at most once whatever this request's mode, so that if this claim dies too,
+    /// the next one still finds the outcome unknown instead of running the body.
+    pub fn taking_over(&self, abandoned: Option<&Abandoned>) -> ClaimRequest<'a> {
+        ClaimRequest {
+            once: self.once || abandoned.is_some_and(|a| a.outcome_unknown),
+            ..self.clone()
+        }
+    }
+}
+
 /// A granted claim: the right to run the body until the lease ends.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Claim {

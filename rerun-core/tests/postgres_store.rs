@@ -1001,6 +1001,40 @@ fn keys_are_readable_text_in_sql() {
     }
 }
 
+/// A claim function an earlier build made (its text lacks this build's version) is replaced on
+/// connect, so that every instance claims with this build's rules.
+#[test]
+fn an_earlier_builds_claim_function_is_replaced_on_connect() {
+    let Some(url) = url() else { return };
+    let (store, t) = fresh(&url, "oldfn");
+    drop(store);
+    psql(
+        &url,
+        &format!(
+            r#"CREATE OR REPLACE FUNCTION "{}_claim"(p_scope text, p_id text, p_fingerprint bytea,
+                   p_holder text, p_once boolean, p_lease_us double precision, p_steal bigint,
+                   p_seen_fence bigint, p_seen_status text)
+               RETURNS bigint LANGUAGE plpgsql AS $f$ BEGIN RETURN NULL; END $f$"#,
+            t.name
+        ),
+    )
+    .unwrap();
+    let current = format!(
+        "SELECT position('rerun claim function' IN prosrc) > 0 FROM pg_proc WHERE proname = '{}_claim'",
+        t.name
+    );
+    assert_eq!(psql(&url, &current).unwrap()[0][0].as_deref(), Some("f"));
+    let store = PostgresStore::builder(&url)
+        .table(&t.name)
+        .connect()
+        .unwrap();
+    assert_eq!(psql(&url, &current).unwrap()[0][0].as_deref(), Some("t"));
+    let out = Call::new("s", "k")
+        .run(&store, || Ok::<_, Error>(1u8))
+        .unwrap();
+    assert!(!out.replayed);
+}
+
 /// A meta table without the schema version is not rerun's: a configuration error that says
 /// so, not a retryable one.
 #[test]

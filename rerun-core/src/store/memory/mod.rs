@@ -159,6 +159,7 @@ impl Store for Inner {
                 }))
             }
             Decision::Claim { abandoned } => {
+                let req = &req.taking_over(abandoned.as_ref());
                 let fence = self.fences.fetch_add(1, Ordering::Relaxed) + 1;
                 let claimed = Stored::claimed(req, fence, now);
                 // A record that was there is overwritten in place (no allocation); a new key

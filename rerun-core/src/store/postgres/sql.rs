@@ -183,6 +183,7 @@ impl Names {
                 p_lease_us double precision, p_steal bigint, p_seen_fence bigint,
                 p_seen_status text)
             RETURNS bigint LANGUAGE plpgsql VOLATILE AS $rerun_claim$
+            -- {CLAIM_FUNCTION_VERSION}
             DECLARE
                 claimed_fence bigint;
             BEGIN
@@ -193,7 +194,10 @@ impl Names {
                 ON CONFLICT (scope, id) DO UPDATE
                    SET status = 'in_progress', fence = EXCLUDED.fence,
                        fingerprint = EXCLUDED.fingerprint, holder = EXCLUDED.holder,
-                       once = EXCLUDED.once, lease_until = EXCLUDED.lease_until,
+                       -- An attempt whose outcome is unknown is taken over at most once.
+                       once = EXCLUDED.once OR r.status = 'unknown'
+                              OR (r.status = 'in_progress' AND r.once),
+                       lease_until = EXCLUDED.lease_until,
                        expires_at = NULL, result = NULL, changed_at = now()
                  WHERE r.fence = p_seen_fence AND r.status = p_seen_status
                    AND {r_claimable} IS TRUE
@@ -251,13 +255,15 @@ impl Names {
         )
     }
 
-    /// Whether the three relations and the claim function exist: `true` lets `connect` skip
-    /// the locked DDL (which creates whatever is missing, the function of a table made by an
-    /// older build included).
+    /// Whether the three relations and this build's claim function exist: `true` lets
+    /// `connect` skip the locked DDL (which creates whatever is missing, and replaces the
+    /// function an older build made: its text names its version).
     pub(crate) fn exists_query(&self) -> String {
         format!(
             "SELECT to_regclass('{meta}') IS NOT NULL AND to_regclass('{table}') IS NOT NULL \
-             AND to_regclass('{seq}') IS NOT NULL AND to_regprocedure('{claim}({args})') IS NOT NULL",
+             AND to_regclass('{seq}') IS NOT NULL AND coalesce((SELECT position('{version}' IN prosrc) > 0 \
+             FROM pg_proc WHERE oid = to_regprocedure('{claim}({args})')), false)",
+            version = CLAIM_FUNCTION_VERSION,
             meta = self.meta.replace('\'', "''"),
             table = self.records.replace('\'', "''"),
             seq = self.fence_seq.replace('\'', "''"),
@@ -282,6 +288,10 @@ impl Names {
         )
     }
 }
+
+/// Written in the claim function's text: a function without it was made by an earlier build,
+/// and `connect` replaces it. Version 2 keeps a takeover of an unknown outcome at most once.
+const CLAIM_FUNCTION_VERSION: &str = "rerun claim function 2";
 
 /// The argument types of the claim function, as `to_regprocedure` names it.
 const CLAIM_FUNCTION_ARGS: &str =

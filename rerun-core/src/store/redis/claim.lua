@@ -91,7 +91,11 @@ local at = pad(now)
 local fe = fence == now and at or pad(fence)
 -- A plain SET drops the previous state's expiry: an in-progress record never expires by
 -- itself, or a dead at-most-once attempt could be forgotten and run again.
-redis.call('SET', rec, build('p', once, fe, now + lease_us, 0, at, fp, holder, ''))
+-- An attempt whose outcome is unknown is taken over at most once, whatever this claim's mode:
+-- if this claim dies too, the next one still finds the outcome unknown.
+local stays = once
+if abandoned and abandoned[3] == '1' then stays = '1' end
+redis.call('SET', rec, build('p', stays, fe, now + lease_us, 0, at, fp, holder, ''))
 if abandoned then
   return {'claimed', fe, abandoned[1], abandoned[2], abandoned[3]}
 end

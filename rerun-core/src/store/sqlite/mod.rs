@@ -511,6 +511,7 @@ impl Inner {
             Judged::Answer(answer) => return Ok(Some(answer)),
             Judged::Claim { abandoned, now } => (abandoned, now),
         };
+        let req = &req.taking_over(abandoned.as_ref());
         if req.once {
             return Ok(None);
         }
@@ -555,6 +556,7 @@ impl Inner {
             }
             Judged::Claim { abandoned, now } => (abandoned, now),
         };
+        let req = &req.taking_over(abandoned.as_ref());
         let top = current.as_ref().map_or(0, |rec| rec.fence);
         let fence = self.next_fence(conn, key, top)?;
         self.write_claim(conn, req, fence, now)

@@ -21,7 +21,7 @@ use crate::runtime::{Call, Reconciled};
 use crate::store::{ScanFilter, Store};
 
 pub(super) fn run_all<F: Factory>(factory: &F, settings: &Settings, report: &mut Report) {
-    let checks: [(&'static str, Check<F>); 24] = [
+    let checks: [(&'static str, Check<F>); 25] = [
         ("replay", replay),
         ("thread_storm", thread_storm),
         ("thread_storm_wait", thread_storm_wait),
@@ -38,6 +38,7 @@ pub(super) fn run_all<F: Factory>(factory: &F, settings: &Settings, report: &mut
         ("expiry", expiry),
         ("scan_pages", scan_pages),
         ("once_unknown", once_unknown),
+        ("unknown_stays_once", unknown_stays_once),
         ("async_calls", async_calls),
         ("hung_neighbour", super::faults::hung_neighbour),
         ("panicking_renew", super::faults::panicking_renew),
@@ -1032,6 +1033,80 @@ fn scan_pages<F: Factory>(factory: &F, _: &Settings) -> Result<Tally, Error> {
     if let Some(claim) = claim {
         store.release(&claim)?;
     }
+    Ok(t)
+}
+
+/// Contract 5, across modes: a replayable claim that takes over an unknown outcome (a dead
+/// `once` attempt, or a record marked unknown) is recorded at most once, so that when it dies
+/// too, the next call still finds the outcome unknown and never runs the body.
+fn unknown_stays_once<F: Factory>(factory: &F, _: &Settings) -> Result<Tally, Error> {
+    let mut t = Tally::default();
+    let (store, _) = factory.fresh()?;
+    let scope = scope();
+    let short = Duration::from_millis(200);
+    let once_claim = |key: &Key, holder: &Holder| {
+        store.claim(&ClaimRequest {
+            key,
+            fingerprint: &Fingerprint::EMPTY,
+            holder,
+            lease: short,
+            once: true,
+            steal: None,
+        })
+    };
+    // One dead `once` attempt in progress, one marked unknown.
+    once_claim(&Key::new(scope.clone(), "died"), &remote_holder())?;
+    if let ClaimResponse::Claimed(c) =
+        once_claim(&Key::new(scope.clone(), "marked"), &remote_holder())?
+    {
+        store.mark_unknown(&c)?;
+    }
+    std::thread::sleep(short + Duration::from_millis(150));
+    for name in ["died", "marked"] {
+        let key = Key::new(scope.clone(), name);
+        // A replayable caller takes it over, and dies (a remote holder: its lease runs out).
+        t.calls += 1;
+        let taken = store.claim(&ClaimRequest {
+            key: &key,
+            fingerprint: &Fingerprint::EMPTY,
+            holder: &remote_holder(),
+            lease: short,
+            once: false,
+            steal: None,
+        })?;
+        match taken {
+            ClaimResponse::Claimed(c) => t.expect(
+                c.abandoned.as_ref().is_some_and(|a| a.outcome_unknown),
+                format!("{name}: the takeover does not say the outcome is unknown: {c:?}"),
+            ),
+            other => {
+                t.violations.push(format!(
+                    "{name}: a replayable claim was not granted: {other:?}"
+                ));
+                continue;
+            }
+        }
+        let view = store.inspect(&key)?;
+        t.expect(
+            view.as_ref().is_some_and(|v| v.once),
+            format!("{name}: the takeover is not recorded at most once: {view:?}"),
+        );
+    }
+    std::thread::sleep(short + Duration::from_millis(150));
+    let bodies = AtomicU64::new(0);
+    for name in ["died", "marked"] {
+        t.calls += 1;
+        let r = Call::new(scope.clone(), name).run(&store, || {
+            bodies.fetch_add(1, Ordering::SeqCst);
+            Ok::<_, Error>(1u8)
+        });
+        t.expect(
+            matches!(r, Err(Error::OutcomeUnknown { .. })),
+            format!("{name}: after the takeover died: {r:?}"),
+        );
+    }
+    t.bodies = bodies.load(Ordering::SeqCst);
+    t.expect(t.bodies == 0, format!("the body ran {} times", t.bodies));
     Ok(t)
 }
 
