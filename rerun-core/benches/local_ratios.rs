@@ -151,7 +151,7 @@ fn main() {
     // No baseline: the hand-written layers have no at-most-once mode.
     println!(
         "| {:<34} | {:>12.0} | {:>12} | {:>7} | {:>8.2} us |{}",
-        "sqlite fresh once (FULL claim), 1",
+        "sqlite fresh once (FULL syncs), 1",
         ours.rate(),
         "-",
         "-",
