@@ -181,9 +181,15 @@ impl World {
             .retain(|_, m| !matches!(m, Model::Completed { expires, .. } if now >= *expires));
     }
 
-    /// An abandoning claim succeeds where a call would claim.
+    /// An abandoning claim succeeds where a call would claim. One that takes over an unknown
+    /// outcome (a record marked unknown, a dead `once` attempt) is recorded at most once,
+    /// whatever its own mode.
     fn abandon(&mut self, key: u8, payload: u8, once: bool) -> bool {
         let now = self.now;
+        let unknown = matches!(
+            self.records.get(&key),
+            Some(Model::Unknown { .. } | Model::InProgress { once: true, .. })
+        );
         let claimable = match self.records.get(&key) {
             None | Some(Model::Released) => true,
             Some(Model::Completed { expires, .. }) => !once && now >= *expires,
@@ -199,7 +205,7 @@ impl World {
                 key,
                 Model::InProgress {
                     payload,
-                    once,
+                    once: once || unknown,
                     lease_until: now + LEASE.as_secs(),
                 },
             );

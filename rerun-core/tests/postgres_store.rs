@@ -761,6 +761,8 @@ fn many_instances_create_the_schema_at_once() {
     assert_eq!(versions[0][0].as_deref(), Some("2"));
 }
 
+/// A table of a newer schema or codec, or with no schema version, is refused with a
+/// configuration error that names what it found.
 #[test]
 fn a_newer_schema_or_codec_is_refused_naming_the_versions() {
     let Some(url) = url() else { return };
@@ -791,6 +793,24 @@ fn a_newer_schema_or_codec_is_refused_naming_the_versions() {
         .connect()
         .unwrap_err();
     assert!(err.to_string().contains("codec version 7"), "{err}");
+    // No schema version at all: not rerun's table, a configuration error too (not a
+    // retryable one).
+    psql(
+        &url,
+        &format!(
+            "DELETE FROM \"{}_meta\" WHERE name = 'schema_version'",
+            t.name
+        ),
+    )
+    .unwrap();
+    let err = PostgresStore::builder(&url)
+        .table(&t.name)
+        .connect()
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::Config { .. }) && err.to_string().contains("no schema version"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -1033,31 +1053,6 @@ fn an_earlier_builds_claim_function_is_replaced_on_connect() {
         .run(&store, || Ok::<_, Error>(1u8))
         .unwrap();
     assert!(!out.replayed);
-}
-
-/// A meta table without the schema version is not rerun's: a configuration error that says
-/// so, not a retryable one.
-#[test]
-fn a_meta_table_without_a_schema_version_is_refused() {
-    let Some(url) = url() else { return };
-    let (store, t) = fresh(&url, "noversion");
-    drop(store);
-    psql(
-        &url,
-        &format!(
-            "DELETE FROM \"{}_meta\" WHERE name = 'schema_version'",
-            t.name
-        ),
-    )
-    .unwrap();
-    let err = PostgresStore::builder(&url)
-        .table(&t.name)
-        .connect()
-        .unwrap_err();
-    assert!(
-        matches!(err, Error::Config { .. }) && err.to_string().contains("no schema version"),
-        "{err}"
-    );
 }
 
 /// Stores of different tables created together in a schema that does not exist yet all
