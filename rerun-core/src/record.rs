@@ -174,7 +174,8 @@ impl Claim {
             key: req.key.clone(),
             fence,
             holder: req.holder.clone(),
-            once: req.once,
+            // As the store records it: see [`ClaimRequest::taking_over`].
+            once: req.once || abandoned.as_ref().is_some_and(|a| a.outcome_unknown),
             lease: req.lease,
             abandoned,
         }

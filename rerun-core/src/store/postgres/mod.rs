@@ -327,24 +327,22 @@ impl PostgresStore {
         // Whether everything is there, and the schema version if the table is.
         let found = conn.run_for(left, |session| async move {
             let client = &mut session.client;
-            let exists: bool = client
-                .query_one(&names.exists_query(), &[])
-                .await?
-                .try_get(0)?;
+            let row = client.query_one(&names.exists_query(), &[]).await?;
+            let (exists, current): (bool, bool) = (row.try_get(0)?, row.try_get(1)?);
             let version = match exists {
                 true => schema_version(client, names).await?,
                 false => None,
             };
-            Ok((exists, version))
+            Ok((exists, current, version))
         })?;
-        let (exists, version) = match migration_step(found, left, false, &what()) {
+        let (exists, current, version) = match migration_step(found, left, false, &what()) {
             Ok(found) => found,
             Err(e) => {
                 pooled.discard();
                 return Err(e);
             }
         };
-        if !exists || version == Some(1) {
+        if !exists || !current || version == Some(1) {
             let work = conn.run_for(migration_timeout, |session| async move {
                 let client = &mut session.client;
                 if !exists {
@@ -359,6 +357,17 @@ impl PostgresStore {
                              SELECT pg_advisory_xact_lock({lock}); {ddl} COMMIT;",
                             lock = sql::CREATION_LOCK_ID,
                             ddl = names.schema_ddl()
+                        ))
+                        .await?;
+                } else if !current {
+                    // Only the claim function is missing or of an earlier build: replaced
+                    // alone (its owner may, where creating tables would need more rights).
+                    client
+                        .batch_execute(&format!(
+                            "BEGIN; SET LOCAL statement_timeout = 0; \
+                             SELECT pg_advisory_xact_lock({lock}); {ddl} COMMIT;",
+                            lock = sql::CREATION_LOCK_ID,
+                            ddl = names.function_ddl()
                         ))
                         .await?;
                 }

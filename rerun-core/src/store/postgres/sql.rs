@@ -183,7 +183,7 @@ impl Names {
                 p_lease_us double precision, p_steal bigint, p_seen_fence bigint,
                 p_seen_status text)
             RETURNS bigint LANGUAGE plpgsql VOLATILE AS $rerun_claim$
-            -- {CLAIM_FUNCTION_VERSION}
+            -- rerun claim function version {CLAIM_FUNCTION_VERSION} --
             DECLARE
                 claimed_fence bigint;
             BEGIN
@@ -255,20 +255,37 @@ impl Names {
         )
     }
 
-    /// Whether the three relations and this build's claim function exist: `true` lets
-    /// `connect` skip the locked DDL (which creates whatever is missing, and replaces the
-    /// function an older build made: its text names its version).
+    /// Whether the three relations exist, and whether the claim function does, of this
+    /// build's version or a later one (its text names its version): `connect` creates what is
+    /// missing, and replaces a function an earlier build made, never a later build's.
     pub(crate) fn exists_query(&self) -> String {
         format!(
             "SELECT to_regclass('{meta}') IS NOT NULL AND to_regclass('{table}') IS NOT NULL \
-             AND to_regclass('{seq}') IS NOT NULL AND coalesce((SELECT position('{version}' IN prosrc) > 0 \
-             FROM pg_proc WHERE oid = to_regprocedure('{claim}({args})')), false)",
-            version = CLAIM_FUNCTION_VERSION,
+             AND to_regclass('{seq}') IS NOT NULL, {current}",
+            current = self.function_current(),
             meta = self.meta.replace('\'', "''"),
             table = self.records.replace('\'', "''"),
             seq = self.fence_seq.replace('\'', "''"),
+        )
+    }
+
+    /// Whether the claim function exists, of this build's version or a later one (SQL).
+    fn function_current(&self) -> String {
+        format!(
+            "coalesce((SELECT substring(prosrc from 'rerun claim function version ([0-9]+) --')::int >= {CLAIM_FUNCTION_VERSION} \
+             FROM pg_proc WHERE oid = to_regprocedure('{claim}({CLAIM_FUNCTION_ARGS})')), false)",
             claim = self.claim_fn.replace('\'', "''"),
-            args = CLAIM_FUNCTION_ARGS,
+        )
+    }
+
+    /// Creates or replaces the claim function unless it is of this build's version or a later
+    /// one, checked again here (the caller holds the creation lock, and another instance may
+    /// have replaced it since `connect` looked).
+    pub(crate) fn function_ddl(&self) -> String {
+        format!(
+            "DO $rerun_upgrade$ BEGIN IF NOT {current} THEN EXECUTE $rerun_function${function}$rerun_function$; END IF; END $rerun_upgrade$;",
+            current = self.function_current(),
+            function = self.claim_function(),
         )
     }
 
@@ -289,9 +306,10 @@ impl Names {
     }
 }
 
-/// Written in the claim function's text: a function without it was made by an earlier build,
-/// and `connect` replaces it. Version 2 keeps a takeover of an unknown outcome at most once.
-const CLAIM_FUNCTION_VERSION: &str = "rerun claim function 2";
+/// The version the claim function's text names (`-- rerun claim function version N --`): a
+/// function without it, or of a lower one, was made by an earlier build, and `connect`
+/// replaces it. Version 2 keeps a takeover of an unknown outcome at most once.
+const CLAIM_FUNCTION_VERSION: u32 = 2;
 
 /// The argument types of the claim function, as `to_regprocedure` names it.
 const CLAIM_FUNCTION_ARGS: &str =
