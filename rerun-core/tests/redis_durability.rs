@@ -215,6 +215,69 @@ fn once_claims_wait_for_replicas_or_are_given_back() {
     cleanup(&url, &name);
 }
 
+/// A `once` claim that takes over an unknown outcome and reaches no replica is given back as
+/// what it found, unknown, never released: the next call must not run the body beside an
+/// attempt that may have had its effect. Sync and async.
+#[test]
+fn a_claim_on_an_unknown_outcome_that_reaches_no_replica_leaves_it_unknown() {
+    use rerun_core::record::{ClaimRequest, ClaimResponse};
+    use rerun_core::{Fingerprint, Holder};
+    let Some(url) = url() else { return };
+    let name = unique("waitunknown");
+    let plain = store(&url, &name, RedisOptions::new()).unwrap();
+    let waiting = store(
+        &url,
+        &name,
+        RedisOptions::new().wait_replicas(1, Duration::from_millis(100)),
+    )
+    .unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let ran = std::sync::atomic::AtomicU32::new(0);
+    for id in ["sync", "async"] {
+        let key = Key::new("charge", id);
+        let claimed = plain.claim(&ClaimRequest {
+            key: &key,
+            fingerprint: &Fingerprint::EMPTY,
+            holder: &Holder::current(),
+            lease: Duration::from_secs(30),
+            once: true,
+            steal: None,
+        });
+        let Ok(ClaimResponse::Claimed(claim)) = claimed else {
+            panic!("not claimed: {claimed:?}")
+        };
+        plain.mark_unknown(&claim).unwrap();
+        let body = || {
+            ran.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            Ok::<_, Error>(())
+        };
+        let call = Call::new("charge", id).once();
+        let err = match id {
+            "sync" => call.run(&waiting, body).unwrap_err(),
+            _ => rt
+                .block_on(call.run_async(&waiting, async { body() }))
+                .unwrap_err(),
+        };
+        assert!(err.to_string().contains("0 of 1 replicas"), "{err}");
+        let view = plain.inspect(&key).unwrap().unwrap();
+        assert_eq!(view.status, Status::Unknown, "{id}: given back as unknown");
+        let again = Call::new("charge", id)
+            .once()
+            .run(&plain, body)
+            .unwrap_err();
+        assert!(
+            matches!(again, Error::OutcomeUnknown { .. }),
+            "{id}: {again}"
+        );
+    }
+    assert_eq!(ran.load(std::sync::atomic::Ordering::SeqCst), 0);
+    cleanup(&url, &name);
+}
+
 #[test]
 fn waitaof_needs_a_server_that_has_it() {
     let Some(url) = url() else { return };

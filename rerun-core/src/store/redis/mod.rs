@@ -669,6 +669,14 @@ fn first_scan_count(limit: usize) -> usize {
     limit.clamp(10, SCAN_COUNT_MAX)
 }
 
+/// Whether `claim` took over an attempt whose outcome is unknown. A claim given back without
+/// its body having run goes back to what it found: released when that was free (or a
+/// replayable attempt), but unknown again when it was an unknown outcome, which a release would
+/// erase (the next call would run the body beside an attempt that may have had its effect).
+fn took_over_unknown(claim: &Claim) -> bool {
+    claim.abandoned.as_ref().is_some_and(|a| a.outcome_unknown)
+}
+
 /// The `COUNT` of a page's next `SCAN` step after one that left the page short of its records:
 /// twice the last, up to [`SCAN_COUNT_MAX`].
 ///
@@ -720,7 +728,11 @@ impl Store for RedisStore {
             Durable::Ready(response) => Ok(response),
             Durable::GiveBack(claim, e) => {
                 if let Some(claim) = claim {
-                    if let Err(e) = self.release(&claim) {
+                    let given = match took_over_unknown(&claim) {
+                        true => self.mark_unknown(&claim),
+                        false => self.release(&claim),
+                    };
+                    if let Err(e) = given {
                         tracing::warn!(key = %claim.key, error = %e, "rerun: could not give back a claim that did not reach its durability; its lease will end it");
                     }
                 }
@@ -968,7 +980,11 @@ impl AsyncStore for RedisStore {
                 Durable::Ready(response) => Ok(response),
                 Durable::GiveBack(claim, e) => {
                     if let Some(claim) = claim {
-                        if let Err(e) = self.release_async(&claim).await {
+                        let given = match took_over_unknown(&claim) {
+                            true => self.mark_unknown_async(&claim).await,
+                            false => self.release_async(&claim).await,
+                        };
+                        if let Err(e) = given {
                             tracing::warn!(key = %claim.key, error = %e, "rerun: could not give back a claim that did not reach its durability; its lease will end it");
                         }
                     }
