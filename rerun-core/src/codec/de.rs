@@ -191,8 +191,15 @@ impl<'de> de::Deserializer<'de> for &mut Reader<'de> {
     fn deserialize_option<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
         match self.peek() {
             Some(tag::NONE) | Some(tag::SOME) => self.deserialize_any(visitor),
-            // A value written as `T` read as `Option<T>`.
-            _ => visitor.visit_some(self),
+            // A value written as `T` read as `Option<T>`. Counted as a level: this consumes
+            // nothing, so a type that nests options and newtypes around itself
+            // (`struct Link(Option<Box<Link>>)`) would otherwise recurse until the stack ends.
+            _ => {
+                self.enter()?;
+                let value = visitor.visit_some(&mut *self)?;
+                self.leave();
+                Ok(value)
+            }
         }
     }
 
@@ -208,8 +215,11 @@ impl<'de> de::Deserializer<'de> for &mut Reader<'de> {
             self.leave();
             Ok(value)
         } else {
-            // A value written as `T` read as a newtype around `T`.
-            visitor.visit_newtype_struct(self)
+            // A value written as `T` read as a newtype around `T` (a level, as above).
+            self.enter()?;
+            let value = visitor.visit_newtype_struct(&mut *self)?;
+            self.leave();
+            Ok(value)
         }
     }
 

@@ -860,6 +860,29 @@ fn nesting_is_limited_on_both_sides() {
     assert!(render(&bytes).is_err());
 }
 
+/// A type that nests an option and a newtype around itself reads a stored value of another
+/// type (here a unit) through the fallbacks that read `T` as `Option<T>` and as a newtype of
+/// `T`; they consume nothing, and count as levels, so the read ends at the limit with an error
+/// instead of recursing until the stack runs out.
+#[test]
+fn self_nesting_types_stop_at_the_limit_on_values_of_another_type() {
+    #[derive(Debug, Serialize, Deserialize)]
+    struct Link(Option<Box<Link>>);
+    #[derive(Debug, Serialize, Deserialize)]
+    struct Wrapped(Box<Option<Wrapped>>);
+    let bytes = sealed(2, &[tag::UNIT]);
+    let err = decode::<Link>(&bytes).unwrap_err();
+    assert!(
+        matches!(&err, CorruptKind::Record(m) if m.contains("deeper than 256")),
+        "{err:?}"
+    );
+    assert!(decode::<Wrapped>(&bytes).is_err());
+    // What this build writes reads back.
+    let chain = Link(Some(Box::new(Link(None))));
+    let back: Link = decode(&encode_checked(&chain).unwrap()).unwrap();
+    assert!(matches!(back, Link(Some(inner)) if inner.0.is_none()));
+}
+
 #[test]
 fn malformed_bodies_are_record_errors_and_allocate_nothing_they_cannot_back() {
     let huge = [0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01];
