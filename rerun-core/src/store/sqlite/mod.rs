@@ -157,7 +157,7 @@ impl Default for SqliteOptions {
     }
 }
 
-/// What a claim does with the record it read ([`SqliteStore::judge`]).
+/// What a claim does with the record it read ([`Inner::judge`]).
 enum Judged {
     /// Answer from the record: nothing is written.
     Answer(ClaimResponse),
@@ -166,6 +166,14 @@ enum Judged {
         abandoned: Option<Abandoned>,
         now: Now,
     },
+}
+
+/// What the claim on an open read found ([`Inner::claim_open`]).
+enum Opened {
+    /// The answer: a replay, a refusal, or the claim made.
+    Answer(ClaimResponse),
+    /// The claim is to be made under the write lock, committed with a full sync if `full_sync`.
+    Locked { full_sync: bool },
 }
 
 fn is_busy(e: &rusqlite::Error) -> bool {
@@ -484,36 +492,32 @@ impl Inner {
     /// and the fence floor, and, when the key is free, the claim is written while that read is
     /// still open, so that SQLite upgrades the read to the write (see the statement).
     ///
-    /// `Ok(None)` when the claim must be made under the write lock ([`Self::claim_locked`]):
-    /// another connection wrote since the read (SQLite refuses the upgrade:
-    /// `SQLITE_BUSY_SNAPSHOT`) or holds the write lock now (an upgrade does not wait for it); the
-    /// claim is of a `once` function, whose commit must be a full sync, which cannot be asked
-    /// for while a read is open; or the floor's row is missing, which the locked claim reports
-    /// if it needs a fence.
-    fn claim_open(
-        &self,
-        conn: &Connection,
-        req: &ClaimRequest<'_>,
-    ) -> Result<Option<ClaimResponse>, Error> {
+    /// [`Opened::Locked`] when the claim must be made under the write lock
+    /// ([`Self::claim_locked`]): another connection wrote since the read (SQLite refuses the
+    /// upgrade: `SQLITE_BUSY_SNAPSHOT`) or holds the write lock now (an upgrade does not wait
+    /// for it); the claim is at most once (of a `once` function, or taking over an unknown
+    /// outcome), whose commit must be a full sync, which cannot be asked for while a read is
+    /// open; or the floor's row is missing, which the locked claim reports if it needs a fence.
+    fn claim_open(&self, conn: &Connection, req: &ClaimRequest<'_>) -> Result<Opened, Error> {
         let key = req.key;
         let failed = |e| sql_err(Some(key), "claiming", e);
         let mut read = conn.prepare_cached(sql::READ_FOR_CLAIM).map_err(failed)?;
         // Dropped only when this returns, after the write: while it is open, so is the read.
         let mut rows = read.query(params![key.scope(), key.id()]).map_err(failed)?;
         let Some(row) = rows.next().map_err(failed)? else {
-            return Ok(None);
+            return Ok(Opened::Locked { full_sync: false });
         };
         let mut current = match row.get_ref(sql::READ_FOR_CLAIM_ID) {
             Ok(rusqlite::types::ValueRef::Null) => None,
             _ => Some(claim_record_of(row).map_err(|kind| Error::corrupt(key, kind))?),
         };
         let (abandoned, now) = match self.judge(req, current.as_mut())? {
-            Judged::Answer(answer) => return Ok(Some(answer)),
+            Judged::Answer(answer) => return Ok(Opened::Answer(answer)),
             Judged::Claim { abandoned, now } => (abandoned, now),
         };
         let req = &req.taking_over(abandoned.as_ref());
         if req.once {
-            return Ok(None);
+            return Ok(Opened::Locked { full_sync: true });
         }
         // The floor is read only now: an answer needs none.
         let floor = row
@@ -524,11 +528,11 @@ impl Inner {
         let fence = fence_above(key, top, Some(floor))?;
         match self.write_claim(conn, req, fence, now) {
             Ok(()) => {}
-            Err(e) if is_busy(&e) => return Ok(None),
+            Err(e) if is_busy(&e) => return Ok(Opened::Locked { full_sync: false }),
             Err(e) => return Err(failed(e)),
         }
         drop(rows);
-        Ok(Some(ClaimResponse::Claimed(Claim::granted(
+        Ok(Opened::Answer(ClaimResponse::Claimed(Claim::granted(
             req, fence, abandoned,
         ))))
     }
@@ -536,11 +540,16 @@ impl Inner {
     /// A claim under the write lock: a `BEGIN IMMEDIATE` transaction reads the record, answers
     /// from it, or claims the key. It waits for the lock (the busy timeout), and no other
     /// connection writes between its read and its write.
+    ///
+    /// `Ok(None)`, after a rollback, when the claim turned out to be at most once (taking over
+    /// an unknown outcome written since the caller looked) but the connection does not commit
+    /// with a full sync (`full_sync`): the caller raises durability and claims again.
     fn claim_locked(
         &self,
         conn: &Connection,
         req: &ClaimRequest<'_>,
-    ) -> Result<ClaimResponse, Error> {
+        full_sync: bool,
+    ) -> Result<Option<ClaimResponse>, Error> {
         let key = req.key;
         let step = |sql: &str, what: &str| {
             conn.prepare_cached(sql)
@@ -552,19 +561,23 @@ impl Inner {
         let (abandoned, now) = match self.judge(req, current.as_mut())? {
             Judged::Answer(answer) => {
                 step("COMMIT", "claiming")?;
-                return Ok(answer);
+                return Ok(Some(answer));
             }
             Judged::Claim { abandoned, now } => (abandoned, now),
         };
         let req = &req.taking_over(abandoned.as_ref());
+        if req.once && !full_sync {
+            step("ROLLBACK", "claiming")?;
+            return Ok(None);
+        }
         let top = current.as_ref().map_or(0, |rec| rec.fence);
         let fence = self.next_fence(conn, key, top)?;
         self.write_claim(conn, req, fence, now)
             .map_err(|e| sql_err(Some(key), "claiming", e))?;
         step("COMMIT", "committing the claim")?;
-        Ok(ClaimResponse::Claimed(Claim::granted(
+        Ok(Some(ClaimResponse::Claimed(Claim::granted(
             req, fence, abandoned,
-        )))
+        ))))
     }
 
     /// Writes the record of a claim with `fence`, made at `now` ([`sql::CLAIM`]).
@@ -664,18 +677,30 @@ impl Store for Inner {
         self.with(Some(key), self.busy_timeout, |conn| {
             // First a read that takes no lock: a replay, a mismatch or a live holder is
             // answered by a reader, and a free key is claimed by upgrading that read.
-            if let Some(answer) = self.claim_open(conn, req)? {
-                return Ok(answer);
+            let full_sync = match self.claim_open(conn, req)? {
+                Opened::Answer(answer) => return Ok(answer),
+                Opened::Locked { full_sync } => full_sync || req.once,
+            };
+            if !full_sync {
+                if let Some(answer) = self.claim_locked(conn, req, false)? {
+                    return Ok(answer);
+                }
             }
-            if !req.once {
-                return self.claim_locked(conn, req);
-            }
-            // A `once` claim commits with a full sync: a power loss must not forget that its
-            // body may have started. Durability cannot change inside a transaction, so it is
-            // raised before the locked claim begins and lowered after it ends.
+            // A claim at most once commits with a full sync: a power loss must not forget that
+            // its body may have started. Durability cannot change inside a transaction, so it
+            // is raised before the locked claim begins and lowered after it ends.
             conn.pragma_update(None, "synchronous", "FULL")
                 .map_err(|e| sql_err(Some(key), "raising durability", e))?;
-            let result = self.claim_locked(conn, req);
+            // With a full sync the locked claim always answers; `None` would be a bug, reported
+            // as a store failure rather than a claim made with less durability.
+            let result = self.claim_locked(conn, req, true).and_then(|answer| {
+                answer.ok_or_else(|| {
+                    Error::store_msg(
+                        Some(key),
+                        "claiming: a full-sync claim asked for a full sync",
+                    )
+                })
+            });
             if !conn.is_autocommit() {
                 let _ = conn.execute_batch("ROLLBACK");
             }
