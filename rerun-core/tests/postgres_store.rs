@@ -1134,6 +1134,28 @@ fn schema_1_table(url: &str, table: &str, records: u32) {
     .unwrap();
 }
 
+/// Connects `instances` stores to `table` at once (each on its own thread, with `op_timeout`
+/// when given) and asserts every one connected.
+fn connect_together(url: &str, table: &str, instances: usize, op_timeout: Option<Duration>) {
+    let openers: Vec<_> = (0..instances)
+        .map(|_| {
+            let (url, table) = (url.to_owned(), table.to_owned());
+            std::thread::spawn(move || {
+                let builder = PostgresStore::builder(&url).table(&table);
+                match op_timeout {
+                    Some(limit) => builder.op_timeout(limit),
+                    None => builder,
+                }
+                .connect()
+                .map(|_| ())
+            })
+        })
+        .collect();
+    for o in openers {
+        o.join().unwrap().unwrap();
+    }
+}
+
 /// A migration that rewrites many records takes longer than a store call may: it is not cut
 /// off by the operation timeout (the server's `statement_timeout` included), and instances
 /// starting meanwhile wait for it instead of failing.
@@ -1147,21 +1169,7 @@ fn a_long_migration_is_not_cut_off_by_the_operation_timeout() {
     };
     schema_1_table(&url, &table, 100_000);
     let started = std::time::Instant::now();
-    let openers: Vec<_> = (0..3)
-        .map(|_| {
-            let (url, table) = (url.clone(), table.clone());
-            std::thread::spawn(move || {
-                PostgresStore::builder(&url)
-                    .table(&table)
-                    .op_timeout(Duration::from_millis(20))
-                    .connect()
-                    .map(|_| ())
-            })
-        })
-        .collect();
-    for o in openers {
-        o.join().unwrap().unwrap();
-    }
+    connect_together(&url, &table, 3, Some(Duration::from_millis(20)));
     let rows = psql(
         &url,
         &format!("SELECT count(*) FROM \"{table}\" WHERE scope = 'bulk'"),
@@ -1190,20 +1198,7 @@ fn a_table_of_schema_1_is_migrated_on_connect() {
         name: table.clone(),
     };
     schema_1_table(&url, &table, 0);
-    let openers: Vec<_> = (0..4)
-        .map(|_| {
-            let (url, table) = (url.clone(), table.clone());
-            std::thread::spawn(move || {
-                PostgresStore::builder(&url)
-                    .table(&table)
-                    .connect()
-                    .map(|_| ())
-            })
-        })
-        .collect();
-    for o in openers {
-        o.join().unwrap().unwrap();
-    }
+    connect_together(&url, &table, 4, None);
     let rows = psql(
         &url,
         &format!("SELECT value FROM \"{table}_meta\" WHERE name = 'schema_version'"),

@@ -345,29 +345,24 @@ impl PostgresStore {
         if !exists || !current || version == Some(1) {
             let work = conn.run_for(migration_timeout, |session| async move {
                 let client = &mut session.client;
-                if !exists {
-                    // One transaction under an advisory lock, one for every rerun table of
-                    // the database: instances starting together wait for the first to create
-                    // everything, then find it there, and two tables made at once in a new
-                    // schema do not race `CREATE SCHEMA IF NOT EXISTS`. No statement timeout:
-                    // the wait may be for a migration (below) of another instance.
+                // One transaction under an advisory lock, one for every rerun table of the
+                // database: instances starting together wait for the first to create
+                // everything, then find it there, and two tables made at once in a new schema
+                // do not race `CREATE SCHEMA IF NOT EXISTS`. No statement timeout: the wait may
+                // be for a migration (below) of another instance. When only the claim function
+                // is missing or of an earlier build it is replaced alone (its owner may, where
+                // creating tables would need more rights).
+                let ddl = match (exists, current) {
+                    (false, _) => Some(names.schema_ddl()),
+                    (true, false) => Some(names.function_ddl()),
+                    (true, true) => None,
+                };
+                if let Some(ddl) = ddl {
                     client
                         .batch_execute(&format!(
                             "BEGIN; SET LOCAL statement_timeout = 0; \
                              SELECT pg_advisory_xact_lock({lock}); {ddl} COMMIT;",
                             lock = sql::CREATION_LOCK_ID,
-                            ddl = names.schema_ddl()
-                        ))
-                        .await?;
-                } else if !current {
-                    // Only the claim function is missing or of an earlier build: replaced
-                    // alone (its owner may, where creating tables would need more rights).
-                    client
-                        .batch_execute(&format!(
-                            "BEGIN; SET LOCAL statement_timeout = 0; \
-                             SELECT pg_advisory_xact_lock({lock}); {ddl} COMMIT;",
-                            lock = sql::CREATION_LOCK_ID,
-                            ddl = names.function_ddl()
                         ))
                         .await?;
                 }
