@@ -9,12 +9,17 @@
 //! the function's name for a free function (`billing::charge`); for a method, the `impl`'s self
 //! type and, in a trait impl, the trait (`billing::Ledger::post`,
 //! `<billing::SendReceipt as billing::Handler>::handle`), so two types' methods of one name
-//! never share records. That path comes from the compiler (`std::any::type_name`), which does
+//! never share records. A trait's default body, whose path names the trait, is scoped as the
+//! implementing type's impl would be (`<billing::SendReceipt as billing::Handler>::handle`,
+//! with the type's generic arguments, so `Page<u8>` and `Page<String>` are two scopes); an
+//! associated function without a `self` receiver cannot name that type, so a default body of
+//! one is shared by every implementor: give it `scope = "…"`. That path comes from the compiler (`std::any::type_name`), which does
 //! not promise to keep its format from release to release: an explicit scope keeps records
 //! valid across renames, moves and compiler upgrades.
 
 use std::borrow::Cow;
-use std::sync::OnceLock;
+use std::collections::BTreeMap;
+use std::sync::{OnceLock, RwLock};
 
 /// The longest scope, in bytes.
 pub const MAX_SCOPE_BYTES: usize = 512;
@@ -88,26 +93,126 @@ fn validate_scope_fully(scope: &str) -> Result<(), String> {
 /// `impl`'s self type and trait), which the attribute cannot see from where it stands. For the
 /// macros' use, through `__private`.
 #[doc(hidden)]
-pub struct DefaultScope(OnceLock<&'static str>);
+pub struct DefaultScope {
+    /// The function's path.
+    path: OnceLock<&'static str>,
+    /// Of a method: whether it is a trait's default body (its path names the trait, not the
+    /// type), whose scope is then the implementing type's, in `per_type`.
+    default_body: OnceLock<bool>,
+    /// A default body's scope for each implementing type, by the type's name.
+    per_type: RwLock<BTreeMap<&'static str, &'static str>>,
+}
 
 impl DefaultScope {
     /// A scope not computed yet (for a `static`).
     #[allow(clippy::new_without_default)]
     pub const fn new() -> DefaultScope {
-        DefaultScope(OnceLock::new())
+        DefaultScope {
+            path: OnceLock::new(),
+            default_body: OnceLock::new(),
+            per_type: RwLock::new(BTreeMap::new()),
+        }
     }
 
     /// The scope of the function in which `marker` (the nested `fn __rerun_scope_marker`) is
     /// declared.
     pub fn get<F>(&'static self, marker: F) -> &'static str {
         let _ = marker;
-        self.0
-            .get_or_init(|| match from_type_name(std::any::type_name::<F>()) {
-                Cow::Borrowed(scope) => scope,
-                // Once per annotated function, for the life of the process.
-                Cow::Owned(scope) => Box::leak(scope.into_boxed_str()),
-            })
+        self.path
+            .get_or_init(|| leaked(from_type_name(std::any::type_name::<F>())))
     }
+
+    /// The scope of a method of `S` (one with a `self` receiver) in which `marker` is
+    /// declared: as [`get`](Self::get), except in a trait's default body, whose path names the
+    /// trait and not the type: there it is the path the method would have in the type's impl,
+    /// `<Type as Trait>::method`, so that two types using one default body never share records.
+    pub fn get_for<S: ?Sized, F>(&'static self, marker: F) -> &'static str {
+        let path = self.get(marker);
+        let self_name = std::any::type_name::<S>();
+        if !*self
+            .default_body
+            .get_or_init(|| is_default_body(path, self_name))
+        {
+            return path;
+        }
+        let known = self
+            .per_type
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .get(self_name)
+            .copied();
+        if let Some(scope) = known {
+            return scope;
+        }
+        let mut per_type = self
+            .per_type
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        // Once per implementing type, for the life of the process.
+        per_type
+            .entry(self_name)
+            .or_insert_with(|| leaked(default_body_scope(path, self_name)))
+    }
+}
+
+/// `scope` as a `&'static str`, leaked when it was computed.
+fn leaked(scope: Cow<'static, str>) -> &'static str {
+    match scope {
+        Cow::Borrowed(scope) => scope,
+        Cow::Owned(scope) => Box::leak(scope.into_boxed_str()),
+    }
+}
+
+/// Whether `path`, the default scope of a method of the type named `self_name`, is that of a
+/// trait's default body: not a trait impl's (`<Type as Trait>::method`), nor an inherent
+/// impl's (`Type::method`, the same type as `self_name` once generic arguments and closure
+/// segments are set aside: `m::G<_>::f` is a method of `m::G<u8>`).
+fn is_default_body(path: &str, self_name: &str) -> bool {
+    if path.starts_with('<') {
+        return false;
+    }
+    let segments = split_path(path);
+    let Some((_, owner)) = segments.split_last() else {
+        return false;
+    };
+    if owner.is_empty() {
+        return false;
+    }
+    // Joined, then compared: an impl printed `<impl Type>` was read into one segment.
+    let of_path = without_generics(&owner.join("::"));
+    let of_self: Vec<&str> = split_path(self_name)
+        .into_iter()
+        .filter(|s| !is_closure(s))
+        .collect();
+    of_path != without_generics(&of_self.join("::"))
+}
+
+/// The scope of a trait's default body (`path`, `crate::Trait::method`) for the type named
+/// `self_name`: `<Type as crate::Trait>::method`, cut with a hash as any overlong scope.
+fn default_body_scope(path: &str, self_name: &str) -> Cow<'static, str> {
+    let segments = split_path(path);
+    let (method, owner) = match segments.split_last() {
+        Some((method, owner)) => (*method, owner.join("::")),
+        None => (path, String::new()),
+    };
+    let qualified = format!("<{self_name} as {owner}>::{method}");
+    bounded(Cow::Owned(qualified))
+}
+
+/// A path without its generic arguments: `m::G<alloc::vec::Vec<u8>>` as `m::G`.
+fn without_generics(path: &str) -> String {
+    let mut out = String::with_capacity(path.len());
+    let mut depth = 0usize;
+    for (at, c) in path.char_indices() {
+        match c {
+            '<' => depth += 1,
+            '>' if path[..at].ends_with('-') => {}
+            '>' => depth = depth.saturating_sub(1),
+            _ if depth == 0 => out.push(c),
+            _ => {}
+        }
+    }
+    out
 }
 
 /// The name of the marker function nested in an annotated function.
@@ -151,6 +256,11 @@ pub(crate) fn from_type_name(name: &'static str) -> Cow<'static, str> {
         }
         Cow::Owned(kept.join("::"))
     };
+    bounded(scope)
+}
+
+/// `scope`, or when longer than [`MAX_SCOPE_BYTES`], its start with a hash of the whole.
+fn bounded(scope: Cow<'static, str>) -> Cow<'static, str> {
     if scope.len() <= MAX_SCOPE_BYTES {
         return scope;
     }
@@ -304,6 +414,83 @@ mod tests {
             scope("m::<impl m::Tr<fn(u8) -> u8> for m::G<_>>::f::__rerun_scope_marker"),
             "<m::G<_> as m::Tr<fn(u8) -> u8>>::f"
         );
+    }
+
+    /// A trait's default body is scoped by the implementing type, as the method of that type's
+    /// impl would be; inherent and trait impls keep their paths whatever `Self` is.
+    #[test]
+    fn default_bodies_are_scoped_by_the_implementing_type() {
+        let cases = [
+            ("t::m::Handler::handle", "t::m::Bar", true),
+            ("t::m::Handler::handle", "dyn t::m::Handler", true),
+            ("t::m::Handler::handle", "[u8]", true),
+            ("t::m::Handler::handle", "(u8, u16)", true),
+            ("t::m::Handler::handle", "&t::m::Bar", true),
+            ("t::m::Handler::handle", "t::m::Handler2", true),
+            ("t::m::Foo<_>::m", "t::m::Foo<u32>", false),
+            ("t::m::Bar::m", "t::m::Bar", false),
+            ("t::m::Foo<u8>::n", "t::m::Foo<u8>", false),
+            (
+                "u::a::Foo<alloc::vec::Vec<_>>::m",
+                "u::a::Foo<alloc::vec::Vec<u32>>",
+                false,
+            ),
+            ("<dyn u::b::D>::m", "dyn u::b::D", false),
+            ("<t::Bar as t::Handler>::handle", "t::Bar", false),
+            ("t::main::S::m", "t::main::{{closure}}::S", false),
+            ("f", "t::Bar", false),
+        ];
+        for (path, self_name, expected) in cases {
+            assert_eq!(
+                is_default_body(path, self_name),
+                expected,
+                "{path} of {self_name}"
+            );
+        }
+        assert_eq!(
+            default_body_scope("t::m::Handler::handle", "t::m::Bar"),
+            "<t::m::Bar as t::m::Handler>::handle"
+        );
+        // What the compiler prints, end to end: two implementors, two scopes; an inherent
+        // method and an overriding impl keep theirs.
+        trait Handler {
+            fn scope(&self) -> &'static str {
+                fn __rerun_scope_marker() {}
+                static SCOPE: DefaultScope = DefaultScope::new();
+                SCOPE.get_for::<Self, _>(__rerun_scope_marker)
+            }
+        }
+        struct A;
+        struct B<T>(T);
+        impl Handler for A {}
+        impl<T> Handler for B<T> {}
+        impl<T> B<T> {
+            fn inherent(&self) -> &'static str {
+                fn __rerun_scope_marker() {}
+                static SCOPE: DefaultScope = DefaultScope::new();
+                SCOPE.get_for::<Self, _>(__rerun_scope_marker)
+            }
+        }
+        let here = module_path!();
+        let trait_path =
+            format!("{here}::default_bodies_are_scoped_by_the_implementing_type::Handler");
+        assert_eq!(A.scope(), format!("<{here}::default_bodies_are_scoped_by_the_implementing_type::A as {trait_path}>::scope"));
+        let b = B(1u8).scope();
+        assert!(
+            b.starts_with(&format!(
+                "<{here}::default_bodies_are_scoped_by_the_implementing_type::B<u8> as "
+            )),
+            "{b}"
+        );
+        assert_ne!(
+            B("x").scope(),
+            b,
+            "each instance of a generic type is its own implementor"
+        );
+        assert!(std::ptr::eq(A.scope(), A.scope()), "computed once per type");
+        let inherent = B(1u8).inherent();
+        assert!(inherent.ends_with("::B<_>::inherent"), "{inherent}");
+        assert_eq!(B("x").inherent(), inherent);
     }
 
     #[test]

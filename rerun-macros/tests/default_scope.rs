@@ -329,3 +329,122 @@ fn the_scope_is_stable_across_calls() {
         ["default_scope::the_scope_is_stable_across_calls::counted"]
     );
 }
+
+mod defaults {
+    use super::*;
+
+    /// A trait whose methods have default bodies, annotated there.
+    pub trait Greeter {
+        fn name(&self) -> String;
+
+        #[idempotent(key = id, store = store)]
+        fn greet(&self, store: &MemoryStore, id: u32) -> Result<String, Error> {
+            Ok(self.name())
+        }
+
+        #[idempotent(key = id, store = store)]
+        async fn greet_async(&self, store: &MemoryStore, id: u32) -> Result<String, Error> {
+            Ok(self.name())
+        }
+    }
+
+    #[async_trait::async_trait]
+    pub trait BoxedGreeter: Sync {
+        fn name(&self) -> String;
+
+        #[idempotent(key = id, store = store)]
+        async fn greet(&self, store: &MemoryStore, id: u32) -> Result<String, Error> {
+            Ok(self.name())
+        }
+    }
+
+    pub struct Ann;
+    pub struct Bob<T>(pub T);
+    pub struct Cid;
+
+    impl Greeter for Ann {
+        fn name(&self) -> String {
+            "ann".into()
+        }
+    }
+    impl<T> Greeter for Bob<T> {
+        fn name(&self) -> String {
+            "bob".into()
+        }
+    }
+    impl Greeter for Cid {
+        fn name(&self) -> String {
+            "cid".into()
+        }
+        // Overridden: the impl's own path, which is what the default body gave it too.
+        #[idempotent(key = id, store = store)]
+        fn greet(&self, store: &MemoryStore, id: u32) -> Result<String, Error> {
+            Ok("cid's own".into())
+        }
+    }
+    impl BoxedGreeter for Ann {
+        fn name(&self) -> String {
+            "ann".into()
+        }
+    }
+    impl BoxedGreeter for Cid {
+        fn name(&self) -> String {
+            "cid".into()
+        }
+    }
+}
+
+/// A trait's default body is scoped by the type that runs it, as the method of that type's
+/// impl would be: two types sharing one default body never share records (sync, `async fn`,
+/// `#[async_trait]`), and a type that overrides the method keeps the same scope.
+#[test]
+fn default_bodies_are_scoped_by_the_implementing_type() {
+    use defaults::{Ann, Bob, BoxedGreeter, Cid, Greeter};
+    let store = MemoryStore::new();
+    assert_eq!(Greeter::greet(&Ann, &store, 1).ok().as_deref(), Some("ann"));
+    assert_eq!(
+        Greeter::greet(&Bob(1u8), &store, 1).ok().as_deref(),
+        Some("bob")
+    );
+    assert_eq!(
+        Greeter::greet(&Cid, &store, 1).ok().as_deref(),
+        Some("cid's own")
+    );
+    assert_eq!(Greeter::greet(&Ann, &store, 1).ok().as_deref(), Some("ann"));
+    assert_eq!(
+        scopes(&store),
+        [
+            "<default_scope::defaults::Ann as default_scope::defaults::Greeter>::greet",
+            "<default_scope::defaults::Bob<u8> as default_scope::defaults::Greeter>::greet",
+            "<default_scope::defaults::Cid as default_scope::defaults::Greeter>::greet",
+        ]
+    );
+    let store = MemoryStore::new();
+    block_on(async {
+        assert_eq!(
+            Ann.greet_async(&store, 1).await.ok().as_deref(),
+            Some("ann")
+        );
+        assert_eq!(
+            Cid.greet_async(&store, 1).await.ok().as_deref(),
+            Some("cid")
+        );
+        assert_eq!(
+            BoxedGreeter::greet(&Ann, &store, 1).await.ok().as_deref(),
+            Some("ann")
+        );
+        assert_eq!(
+            BoxedGreeter::greet(&Cid, &store, 1).await.ok().as_deref(),
+            Some("cid")
+        );
+    });
+    assert_eq!(
+        scopes(&store),
+        [
+            "<default_scope::defaults::Ann as default_scope::defaults::BoxedGreeter>::greet",
+            "<default_scope::defaults::Ann as default_scope::defaults::Greeter>::greet_async",
+            "<default_scope::defaults::Cid as default_scope::defaults::BoxedGreeter>::greet",
+            "<default_scope::defaults::Cid as default_scope::defaults::Greeter>::greet_async",
+        ]
+    );
+}

@@ -24,7 +24,7 @@ pub fn expand(args: &Args, item: &FnItem, plan: &Plan) -> TokenStream {
         None => return item.to_tokens_with(None),
     };
 
-    let scope = Scope::new(&rt, args);
+    let scope = Scope::new(&rt, args, item::params(&item.sig).0.is_some());
     let call_stmt = {
         let scope = &scope.expr;
         let key = plan.key;
@@ -69,7 +69,7 @@ pub fn expand(args: &Args, item: &FnItem, plan: &Plan) -> TokenStream {
         }
         Shape::AsyncTrait(block) => {
             // `#[async_trait]` already pinned the output type inside its block.
-            let stmts = &block.block.stmts;
+            let stmts = async_trait_stmts(&block.block.stmts, plan);
             quote!(async { #rebind #(#stmts)* })
         }
     };
@@ -124,6 +124,33 @@ pub fn expand(args: &Args, item: &FnItem, plan: &Plan) -> TokenStream {
     item.to_tokens_with(Some(stmts))
 }
 
+/// The statements of an `#[async_trait]` block, which begin by moving each argument into the
+/// block (`let id = id;`) and then compute `let __ret: R = { body };`. An argument the body
+/// does not use but the key or the fingerprint does would be reported unused at that move:
+/// each fingerprinted plain argument is borrowed once, just before `__ret`.
+fn async_trait_stmts(stmts: &[syn::Stmt], plan: &Plan) -> Vec<TokenStream> {
+    let ret_at = stmts.iter().position(|stmt| {
+        matches!(stmt, syn::Stmt::Local(syn::Local { pat: syn::Pat::Type(syn::PatType { pat, .. }), .. })
+            if matches!(&**pat, syn::Pat::Ident(p) if p.ident == "__ret"))
+    });
+    let mut out: Vec<TokenStream> = stmts.iter().map(ToTokens::to_token_stream).collect();
+    if let Some(at) = ret_at {
+        let moved = |ident: &syn::Ident| {
+            stmts[..at].iter().any(|stmt| {
+                matches!(stmt, syn::Stmt::Local(syn::Local { pat: syn::Pat::Ident(p), init: Some(init), .. })
+                    if p.ident == *ident && matches!(&*init.expr, syn::Expr::Path(e) if e.path.is_ident(ident)))
+            })
+        };
+        let touches = plan
+            .payload
+            .iter()
+            .filter(|ident| moved(ident))
+            .map(|ident| quote!(let _ = &#ident;));
+        out.splice(at..at, touches);
+    }
+    out
+}
+
 /// The scope of the call: `scope = "…"` as written, or the function's path, read at run time
 /// from the compiler's name for a function nested in it (see `rerun_core::scope`).
 struct Scope {
@@ -134,7 +161,9 @@ struct Scope {
 }
 
 impl Scope {
-    fn new(rt: &TokenStream, args: &Args) -> Scope {
+    /// `method`: the function has a `self` receiver, so `Self` names its type (and, in a
+    /// trait's default body, the implementing type, which the scope then names).
+    fn new(rt: &TokenStream, args: &Args, method: bool) -> Scope {
         if let Some(lit) = &args.scope {
             return Scope {
                 stmt: TokenStream::new(),
@@ -147,12 +176,16 @@ impl Scope {
         // `type_name` of the marker is this function's path followed by the marker's name (a
         // block adds no segment to it); the `static` computes the scope once, on the first call.
         // Declared in a block of their own, the items stay out of reach of the user's body.
+        let get = match method {
+            true => quote!(#cell.get_for::<Self, _>(#marker)),
+            false => quote!(#cell.get(#marker)),
+        };
         Scope {
             stmt: quote! {
                 let #scope: &'static str = {
                     fn #marker() {}
                     static #cell: #rt::DefaultScope = #rt::DefaultScope::new();
-                    #cell.get(#marker)
+                    #get
                 };
             },
             expr: scope.to_token_stream(),
