@@ -51,7 +51,7 @@ fn counter_without_a_key_is_caught() {
     assert!(report.points().is_empty());
     let expected = "\
 safe-to-rerun: visits.count (test counter_without_a_key_is_caught)
-crash points of a clean run: none (no idempotent call, no checkpoint!)
+crash points of a clean run: none (no rerun call or checkpoint! on the thread that ran it)
   FAILED  run twice in a row
 
 run twice in a row: running it twice ended in another state than running it once
@@ -145,4 +145,29 @@ fn replayable_charge_is_caught_at_the_points_after_the_charge() {
     assert!(report.to_string().contains(
         "crash at `rerun.body_returned` (in process): a non-replayable effect happened twice"
     ));
+}
+
+/// A clean run that rerun itself fails (here a scope with a tab, which it refuses) is no
+/// reference: the report fails, saying why, instead of comparing the same failure on every
+/// rerun.
+#[test]
+fn a_clean_run_that_rerun_fails_is_no_reference() {
+    let report = SafeToRerun::new(
+        "broken.scope",
+        app,
+        |app: &App| {
+            Call::new("broken\tscope", "k")
+                .run(&app.store, || Ok::<_, Error>(1u32))
+                .map(|o| o.value)
+        },
+        |_: &App| (),
+    )
+    .in_process_only()
+    .check();
+    let text = report.to_string();
+    assert!(!report.passed(), "{text}");
+    assert!(
+        text.contains("the clean run failed with rerun's error"),
+        "{text}"
+    );
 }

@@ -62,6 +62,8 @@ use report::side_by_side;
 struct RunError {
     text: String,
     outcome_unknown: bool,
+    /// The error is rerun's own [`Error`] (a store, configuration or codec failure).
+    rerun: bool,
 }
 
 /// What one run of the operation did.
@@ -340,6 +342,7 @@ where
             Ran::Crashed => Err(RunError {
                 text: "crashed".into(),
                 outcome_unknown: false,
+                rerun: false,
             }),
             Ran::Panicked(msg) => {
                 fail(
@@ -351,6 +354,21 @@ where
             }
         };
         report.points = hook.passed();
+        // Every rerun is judged against this run: one that rerun itself failed (a store that
+        // cannot be opened, a key or result it refuses) would make every check compare one
+        // failure with another and pass.
+        if let Err(RunError {
+            text, rerun: true, ..
+        }) = &result
+        {
+            fail(
+                report,
+                format!("the clean run failed with rerun's error: {text}; every rerun is compared with a clean run, which must succeed (check the world's store and the operation's key)"),
+            );
+            drop(world);
+            dir.remove();
+            return None;
+        }
         let observed = (self.observe)(&world);
         drop(world);
         dir.remove();
@@ -647,7 +665,8 @@ fn result_text<T: Debug>(r: &Result<T, RunError>) -> String {
 /// Keeps an operation's error as text, noting whether it is rerun's `OutcomeUnknown`.
 fn run_error<E: Display + 'static>(e: &E) -> RunError {
     let text = e.to_string();
-    let outcome_unknown = match (e as &dyn Any).downcast_ref::<Error>() {
+    let rerun = (e as &dyn Any).downcast_ref::<Error>();
+    let outcome_unknown = match rerun {
         Some(err) => matches!(err, Error::OutcomeUnknown { .. }),
         // A user's error type that wraps rerun's (`#[error(transparent)]`, or a message that
         // includes it) carries its text.
@@ -656,6 +675,7 @@ fn run_error<E: Display + 'static>(e: &E) -> RunError {
     RunError {
         text,
         outcome_unknown,
+        rerun: rerun.is_some(),
     }
 }
 

@@ -194,7 +194,7 @@ impl fmt::Display for Report {
         if points.is_empty() {
             writeln!(
                 f,
-                "crash points of a clean run: none (no idempotent call, no checkpoint!)"
+                "crash points of a clean run: none (no rerun call or checkpoint! on the thread that ran it)"
             )?;
         } else {
             writeln!(f, "crash points of a clean run: {}", points.join(", "))?;
