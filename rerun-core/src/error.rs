@@ -6,6 +6,30 @@ use std::time::Duration;
 use crate::holder::Holder;
 use crate::key::Key;
 
+/// A call whose store failed after its body had run and returned, while its result was being
+/// recorded ([`Error::Store`]'s `after_body`): the effect may have happened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum AfterBody {
+    /// A replayable call: nothing is recorded, and a retry runs the body again.
+    Replayable,
+    /// An at-most-once call: its outcome is unknown, and it will not run again for this key
+    /// (a retry waits out the lease, then gets [`Error::OutcomeUnknown`], or runs the
+    /// function's `reconcile`).
+    Once,
+}
+
+/// The advice that ends a store failure's message.
+fn store_advice(retryable: bool, after_body: Option<AfterBody>) -> &'static str {
+    match (after_body, retryable) {
+        (Some(AfterBody::Once), _) => "the body ran, but its result was not recorded: its outcome is unknown, and it will not run again for this key",
+        (Some(AfterBody::Replayable), true) => "the body ran, but its result was not recorded: the call can be retried, and a retry runs the body again",
+        (Some(AfterBody::Replayable), false) => "the body ran, but its result was not recorded, and retrying will not help until this is fixed",
+        (None, true) => "the call can be retried",
+        (None, false) => "retrying will not help until this is fixed",
+    }
+}
+
 /// Why a stored record could not be read back.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -124,7 +148,7 @@ pub enum Error {
         kind: CorruptKind,
     },
     /// The store is unavailable or failed.
-    #[error("{}store failed: {message}; {}", key.as_ref().map(|k| format!("{k}: ")).unwrap_or_default(), if *retryable { "the call can be retried" } else { "retrying will not help until this is fixed" })]
+    #[error("{}store failed: {message}; {}", key.as_ref().map(|k| format!("{k}: ")).unwrap_or_default(), store_advice(*retryable, *after_body))]
     #[non_exhaustive]
     Store {
         /// The key, when the failure concerns one.
@@ -137,6 +161,10 @@ pub enum Error {
         /// Whether retrying later can succeed: `false` for what no retry fixes (permission
         /// denied, an unknown database or role, a read-only file).
         retryable: bool,
+        /// Set when the store failed while recording the result of a body that had run: its
+        /// effect may have happened, and only its result is not recorded (`None`: the body did
+        /// not run, or the failure was not a call's).
+        after_body: Option<AfterBody>,
     },
     /// A result or payload could not be encoded.
     #[error("{key}: could not encode {what}: {message}")]
@@ -188,11 +216,17 @@ impl Error {
     /// Whether retrying the same call later can succeed.
     ///
     /// `InProgress` (the holder finishes), `Store` (the backend recovers) and `LeaseLost` (the
-    /// successor's result is replayed) are retryable; the others need a changed call or an operator.
+    /// successor's result is replayed) are retryable; the others need a changed call or an
+    /// operator, and so does a `Store` failure after the body of an at-most-once call ran
+    /// ([`AfterBody::Once`]): its outcome is unknown.
     pub fn is_retryable(&self) -> bool {
         match self {
             Error::InProgress { .. } | Error::LeaseLost { .. } => true,
-            Error::Store { retryable, .. } => *retryable,
+            Error::Store {
+                retryable,
+                after_body,
+                ..
+            } => *retryable && *after_body != Some(AfterBody::Once),
             _ => false,
         }
     }
@@ -249,6 +283,29 @@ impl Error {
             message,
             source: Some(Box::new(source)),
             retryable,
+            after_body: None,
+        }
+    }
+
+    /// Set when the store failed while recording the result of a body that ran
+    /// ([`AfterBody`]): the error then says so, and its [`problem`](Error::problem) does not
+    /// tell the client the request was not processed. Other errors are returned as they are.
+    pub fn after_body(self, after: AfterBody) -> Error {
+        match self {
+            Error::Store {
+                key,
+                message,
+                source,
+                retryable,
+                ..
+            } => Error::Store {
+                key,
+                message,
+                source,
+                retryable,
+                after_body: Some(after),
+            },
+            other => other,
         }
     }
 
@@ -259,6 +316,7 @@ impl Error {
             message: message.into(),
             source: None,
             retryable: true,
+            after_body: None,
         }
     }
 

@@ -64,7 +64,7 @@ pub mod store;
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod testing;
 
-pub use error::{CorruptKind, Error};
+pub use error::{AfterBody, CorruptKind, Error};
 pub use fingerprint::Fingerprint;
 pub use global::{global, init, init_from_env, open_url, redact, DEFAULT_SQLITE_PATH};
 pub use handler::{AsyncHandle, Handle, Idempotent};

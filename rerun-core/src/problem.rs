@@ -14,6 +14,11 @@
 //! | `OutcomeUnknown` | 500 Internal Server Error, with a body that says the outcome is unknown | |
 //! | `Corrupt`, `Codec`, `Config` | 500 Internal Server Error | |
 //!
+//! A `Store` failure after the body ran (its result could not be recorded: see
+//! [`AfterBody`](crate::AfterBody)) keeps its status and code, but its detail says the request
+//! was processed; for an at-most-once call it has no `Retry-After` (its outcome is unknown), and
+//! a `Codec` error says whether the request was processed.
+//!
 //! A problem body never carries the holder of a claim (its pid, hostname or process start), the
 //! store's description, or the driver's message: those are for logs, not for clients.
 //!
@@ -35,7 +40,7 @@ use std::fmt;
 use http::header::{HeaderValue, CONTENT_TYPE, RETRY_AFTER};
 use http::StatusCode;
 
-use crate::error::Error;
+use crate::error::{AfterBody, Error};
 
 /// The media type of a problem body.
 pub const PROBLEM_JSON: &str = "application/problem+json";
@@ -172,17 +177,30 @@ impl Error {
                 "this attempt was superseded by another one with the same idempotency key; retry to receive that attempt's response",
             )
             .retry_after(1),
-            Error::Store { retryable, .. } => {
-                let problem = Problem::new(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "store_unavailable",
-                    if *retryable {
+            Error::Store {
+                retryable,
+                after_body,
+                ..
+            } => {
+                let detail = match (after_body, retryable) {
+                    // The body ran: the request was processed, and only its response is not
+                    // recorded.
+                    (Some(AfterBody::Once), _) => {
+                        "the request was processed, but its response could not be recorded for this idempotency key; its outcome is unknown and it will not be run again automatically: check its effect before sending a new request with a new key"
+                    }
+                    (Some(_), _) => {
+                        "the request was processed, but its response could not be recorded for this idempotency key, so a retry with the same key will process it again"
+                    }
+                    (None, true) => {
                         "the service cannot check idempotency keys right now, so the request was not processed; retry later with the same key"
-                    } else {
+                    }
+                    (None, false) => {
                         "the service cannot check idempotency keys, so the request was not processed"
-                    },
-                );
-                if *retryable {
+                    }
+                };
+                let problem =
+                    Problem::new(StatusCode::SERVICE_UNAVAILABLE, "store_unavailable", detail);
+                if self.is_retryable() {
                     problem.retry_after(1)
                 } else {
                     problem
@@ -193,10 +211,16 @@ impl Error {
                 "record_unreadable",
                 "the recorded response for this idempotency key cannot be read, and the request was not processed again",
             ),
+            // Before the body (the payload's fingerprint) or after it (the result).
+            Error::Codec { what, .. } if *what == "the payload" => Problem::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "result_not_recordable",
+                "the request could not be fingerprinted for its idempotency key, and it was not processed",
+            ),
             Error::Codec { .. } => Problem::new(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "result_not_recordable",
-                "the result of this request could not be recorded, so nothing was recorded for its idempotency key",
+                "the request was processed, but its result could not be recorded, so nothing was recorded for its idempotency key",
             ),
             Error::Config { .. } => Problem::new(
                 StatusCode::INTERNAL_SERVER_ERROR,
@@ -269,6 +293,48 @@ mod tests {
             retry,
             [Some(1), None, None, Some(1), Some(1), None, None, None]
         );
+    }
+
+    /// A store failure after the body ran says the request was processed; at most once, that
+    /// its outcome is unknown, with no `Retry-After` (and the error is not retryable).
+    #[test]
+    fn a_store_failure_after_the_body_says_the_request_was_processed() {
+        let key = Key::new("payments", "k1");
+        let failed = || Error::store_msg(Some(&key), "connection reset");
+        for (after, unknown) in [(AfterBody::Replayable, false), (AfterBody::Once, true)] {
+            let e = failed().after_body(after);
+            let problem = e.problem();
+            assert_eq!(
+                (problem.status().as_u16(), problem.code()),
+                (503, "store_unavailable")
+            );
+            let detail = problem.detail();
+            assert!(
+                detail.contains("was processed") && !detail.contains("not processed"),
+                "{detail}"
+            );
+            assert_eq!(detail.contains("outcome is unknown"), unknown, "{detail}");
+            assert_eq!(problem.retry_after_secs().is_some(), !unknown);
+            assert_eq!(e.is_retryable(), !unknown);
+            let text = e.to_string();
+            assert!(
+                text.contains("the body ran, but its result was not recorded"),
+                "{text}"
+            );
+        }
+        // Not a store failure: returned as it is.
+        let mismatch = Error::PayloadMismatch { key: key.clone() };
+        assert!(matches!(
+            mismatch.after_body(AfterBody::Once),
+            Error::PayloadMismatch { .. }
+        ));
+        // A payload that cannot be fingerprinted stops the call before its body.
+        let payload = Error::Codec {
+            key,
+            what: "the payload",
+            message: "nope".into(),
+        };
+        assert!(payload.problem().detail().contains("not processed"));
     }
 
     /// Which variant `e` is: a variant added to `Error` fails to compile here until `all`

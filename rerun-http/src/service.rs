@@ -2,7 +2,6 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
@@ -248,19 +247,13 @@ where
     let req = Request::from_parts(parts, RequestBody::buffered(body));
     let max_body = config.max_body;
     let (leave, left) = tokio::sync::oneshot::channel();
-    // Set once the handler gave an answer to record: an error after it is not "not processed".
-    let answered = Arc::new(AtomicBool::new(false));
-    let answered_in_call = answered.clone();
     // Polled on this request's task; if the client hangs up and the future is dropped, the
     // rest of it (handler, record) goes on on a task of its own, and the retry replays it.
     let run = CatchPanic(Box::pin(rerun_core::runtime::detach(async move {
         let call = call.run_async(store.get(), async move {
             let failure = match CatchPanic(Box::pin(inner.call(req))).await {
                 Ok(Ok(response)) => match capture(response, max_body).await {
-                    Ok(recorded) => {
-                        answered_in_call.store(true, Ordering::Release);
-                        return Ok(recorded);
-                    }
+                    Ok(recorded) => return Ok(recorded),
                     Err(failure) => failure,
                 },
                 Ok(Err(e)) => Failure::Inner(e),
@@ -287,9 +280,8 @@ where
             Ok(response) => Ok(response),
             Err(kind) => Ok(problem_of(&Error::corrupt(&record_key, kind))),
         },
-        Ok(Err(Failure::Rerun(e))) if answered.load(Ordering::Acquire) => {
-            Ok(not_recorded(&e, once))
-        }
+        // A store that failed after the handler answered says so (`AfterBody`): the problem
+        // tells the client the request was processed.
         Ok(Err(Failure::Rerun(e))) => Ok(problem_of(&e)),
         Ok(Err(Failure::Panicked)) if once => {
             tracing::error!(
@@ -337,28 +329,6 @@ where
             Ok(handler_failed())
         }
     }
-}
-
-/// The problem of an error raised after the handler answered, while its answer was being
-/// recorded: the same status and code as [`problem_of`], but a store that failed then did not
-/// stop the request from being processed, and the detail says so.
-fn not_recorded<B>(e: &Error, once: bool) -> Response<ResponseBody<B>> {
-    let Error::Store { .. } = e else {
-        return problem_of(e);
-    };
-    tracing::warn!(error = %e, once, "rerun-http: the handler answered, and its answer could not be recorded");
-    let problem = e.problem();
-    let detail = if once {
-        "the request was processed, but its response could not be recorded for this idempotency key; its outcome is unknown and it will not be run again automatically: check its effect before sending a new request with a new key"
-    } else {
-        "the request was processed, but its response could not be recorded for this idempotency key, so a retry with the same key will process it again"
-    };
-    let answer = Problem::new(problem.status(), problem.code(), detail);
-    match problem.retry_after_secs() {
-        Some(seconds) if !once => answer.retry_after(seconds),
-        _ => answer,
-    }
-    .into_response()
 }
 
 fn handler_failed<B>() -> Response<ResponseBody<B>> {

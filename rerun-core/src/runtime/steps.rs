@@ -13,7 +13,7 @@ use serde::Serialize;
 
 use crate::checkpoint::{self, Point};
 use crate::codec;
-use crate::error::Error;
+use crate::error::{AfterBody, Error};
 use crate::fingerprint::Fingerprint;
 use crate::holder::{Holder, Liveness};
 use crate::key::Key;
@@ -343,7 +343,10 @@ async fn record<B: Backend, T: Serialize + DeserializeOwned>(
             if !held.claim.once && !matches!(e, Error::LeaseLost { .. }) {
                 let _ = backend.release(&held.claim).await;
             }
-            Err(e)
+            Err(e.after_body(match held.claim.once {
+                true => AfterBody::Once,
+                false => AfterBody::Replayable,
+            }))
         }
     }
 }

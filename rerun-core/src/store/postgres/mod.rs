@@ -592,11 +592,13 @@ fn keyed(e: Error, key: Option<&Key>) -> Error {
             message,
             source,
             retryable,
+            after_body,
         } => Error::Store {
             key: key.cloned(),
             message,
             source,
             retryable,
+            after_body,
         },
         other => other,
     }
