@@ -6,6 +6,13 @@
 //! every value starts with a tag and every variable-length part is length-prefixed, terminated
 //! or hashed, so distinct payloads never share an encoding.
 //!
+//! A sequence keeps its order (a list's order means something), and serde writes a set as a
+//! sequence: a `HashSet`, which lists its items in another order in every set, would give two
+//! equal sets two fingerprints. `#[idempotent]` and `#[derive(Idempotent)]` refuse a fingerprinted
+//! argument or field whose type names a `HashSet` (use a `BTreeSet`, or skip it); one nested in
+//! another type of yours, or passed to [`Call::payload`](crate::Call::payload), is for you to
+//! keep ordered.
+//!
 //! The encoding is written straight into SHA-256 through a small fixed buffer, never held whole:
 //! fingerprinting a payload takes memory for its map keys (plus a few bytes per map entry), not
 //! for its size.

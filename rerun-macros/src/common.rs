@@ -429,6 +429,35 @@ pub fn respan(tokens: TokenStream, span: Span) -> TokenStream {
         .collect()
 }
 
+/// The first `HashSet` named in `ty` (`HashSet<T>`, `&HashSet<T>`, `Vec<HashSet<T>>`, or
+/// `std::collections::HashSet<T, S>`), if any.
+///
+/// serde writes a set as a list, in its iteration order, and a `HashSet`'s order changes from
+/// one set to another (each has its own random hasher): two equal sets would have two
+/// fingerprints, and an honest retry would be refused as a different payload. A map's entries
+/// are sorted by the fingerprint, but a list's order is meaningful and kept, so a set can only be
+/// told apart here, by its type's name.
+pub fn hash_set_in(ty: &syn::Type) -> Option<&syn::PathSegment> {
+    struct Find<'a>(Option<&'a syn::PathSegment>);
+    impl<'a> syn::visit::Visit<'a> for Find<'a> {
+        fn visit_path_segment(&mut self, segment: &'a syn::PathSegment) {
+            if self.0.is_none() && segment.ident == "HashSet" {
+                self.0 = Some(segment);
+            }
+            syn::visit::visit_path_segment(self, segment);
+        }
+    }
+    let mut find = Find(None);
+    syn::visit::Visit::visit_type(&mut find, ty);
+    find.0
+}
+
+/// The error for a fingerprinted `HashSet` ([`hash_set_in`]): `what` is the argument or field,
+/// `leave_out` how to leave it out of the fingerprint.
+pub fn hash_set_error(what: &str, leave_out: &str) -> String {
+    format!("{what} holds a `HashSet`, which lists its items in a different order in every set, so two equal sets would have different fingerprints and a retry would be refused as a different payload; use a `BTreeSet` (or a sorted `Vec`), or {leave_out}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

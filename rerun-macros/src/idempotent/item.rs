@@ -119,6 +119,7 @@ pub struct Param {
     /// `Some` when the argument is a plain name (`order` or `mut order`).
     pub simple: Option<SimpleParam>,
     pub pat: Pat,
+    pub ty: Type,
 }
 
 pub struct SimpleParam {
@@ -149,6 +150,7 @@ pub fn params(sig: &Signature) -> (Option<&Receiver>, Vec<Param>) {
                     idents,
                     simple,
                     pat: (*t.pat).clone(),
+                    ty: (*t.ty).clone(),
                 });
             }
         }

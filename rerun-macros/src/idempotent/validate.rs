@@ -8,7 +8,7 @@ use syn::{Expr, ExprAsync, ExprPath, Ident, Receiver, ReturnType, Type};
 
 use super::args::{attr_span, Args};
 use super::item::{self, FnItem, Param};
-use crate::common::Errors;
+use crate::common::{self, Errors};
 
 /// How the body is run.
 pub enum Shape<'a> {
@@ -121,6 +121,20 @@ pub fn check<'a>(
         .flat_map(|p| p.idents.iter())
         .filter(|i| !skipped.iter().any(|s| s == i) && store_arg.as_ref() != Some(i))
         .collect();
+    for param in params {
+        let Some(first) = param.idents.iter().find(|i| payload.contains(i)) else {
+            continue;
+        };
+        if let Some(set) = common::hash_set_in(&param.ty) {
+            errors.spanned(
+                set,
+                common::hash_set_error(
+                    &format!("the argument `{first}`"),
+                    &format!("leave it out of the fingerprint with `skip({first})`"),
+                ),
+            );
+        }
+    }
 
     let reconcile = match (&args.reconcile, &args.once) {
         (Some((word, _)), None) => {

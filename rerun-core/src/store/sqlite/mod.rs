@@ -168,7 +168,9 @@ enum Judged {
     },
 }
 
-/// What the claim on an open read found ([`Inner::claim_open`]).
+/// What the claim on an open read found ([`Inner::claim_open`]). Returned once per claim and
+/// never stored, so the answer is not boxed.
+#[allow(clippy::large_enum_variant)]
 enum Opened {
     /// The answer: a replay, a refusal, or the claim made.
     Answer(ClaimResponse),
