@@ -143,6 +143,45 @@ fn persistence_is_read_at_connect_and_a_volatile_server_is_named_once() {
 
 static SETTINGS: Mutex<()> = Mutex::new(());
 
+/// A server that can evict keys (a `maxmemory` and a policy other than `noeviction`) is named
+/// at connect, with its policy; one that cannot is not.
+#[test]
+fn a_server_that_evicts_keys_is_named_at_connect() {
+    let Some(url) = url() else { return };
+    let _guard = SETTINGS.lock().unwrap_or_else(|p| p.into_inner());
+    let name = unique("evict");
+    {
+        // A limit far above what the tests use: nothing is evicted meanwhile.
+        let _s = Settings::set(
+            &url,
+            &[("maxmemory", "4gb"), ("maxmemory-policy", "allkeys-lru")],
+        );
+        let (s, logged) = capture(|| store(&url, &name, RedisOptions::new()).unwrap());
+        assert_eq!(s.eviction_policy(), Some("allkeys-lru"));
+        assert!(
+            logged.contains("maxmemory-policy allkeys-lru") && logged.contains("noeviction"),
+            "{logged}"
+        );
+    }
+    {
+        let _s = Settings::set(
+            &url,
+            &[("maxmemory", "4gb"), ("maxmemory-policy", "noeviction")],
+        );
+        let s = store(&url, &name, RedisOptions::new()).unwrap();
+        assert_eq!(s.eviction_policy(), None);
+    }
+    {
+        let _s = Settings::set(
+            &url,
+            &[("maxmemory", "0"), ("maxmemory-policy", "volatile-lru")],
+        );
+        let s = store(&url, &name, RedisOptions::new()).unwrap();
+        assert_eq!(s.eviction_policy(), None, "no limit, nothing evicted");
+    }
+    cleanup(&url, &name);
+}
+
 /// With `wait_replicas`, a `once` claim that no replica acknowledges is given back before its
 /// body starts, and the call fails with a retryable error; replayable claims do not wait.
 #[test]

@@ -97,6 +97,24 @@ impl fmt::Display for Persistence {
     }
 }
 
+/// The server's `maxmemory-policy` when it can evict keys: a `maxmemory` is set and the policy
+/// is not `noeviction`. `None` when it cannot, or when its configuration cannot be read.
+///
+/// An evicted record is forgotten as a restart without persistence forgets it: an evicted
+/// claim or result lets the body run again (`allkeys-*` evicts any record, `volatile-*` the
+/// completed ones, which have a time to live).
+pub(super) fn eviction(conn: &mut Connection) -> Option<String> {
+    let get = |conn: &mut Connection, name: &str| -> Option<String> {
+        let reply: Vec<String> = redis::cmd("CONFIG").arg("GET").arg(name).query(conn).ok()?;
+        reply.get(1).cloned()
+    };
+    let limit = get(conn, "maxmemory")?;
+    if limit.trim() == "0" {
+        return None;
+    }
+    get(conn, "maxmemory-policy").filter(|policy| policy != "noeviction")
+}
+
 /// What a `once` claim waits for before its body may start.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub(super) struct OnceDurability {

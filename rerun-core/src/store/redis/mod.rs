@@ -286,6 +286,8 @@ struct Inner {
     /// Ids of async connections, so that a failure on an old one never drops a newer one.
     next_conn_id: AtomicU64,
     persistence: Persistence,
+    /// The server's `maxmemory-policy`, when it can evict keys (see `durability::eviction`).
+    eviction: Option<String>,
     once_durability: OnceDurability,
     /// Whether the warning about a `once` claim on a server without persistence was logged.
     warned_volatile: AtomicBool,
@@ -365,6 +367,7 @@ impl RedisStore {
                 durable: tokio::sync::Mutex::new(None),
                 next_conn_id: AtomicU64::new(1),
                 persistence: Persistence::Unknown,
+                eviction: None,
                 once_durability: options.once_durability,
                 warned_volatile: AtomicBool::new(false),
             }),
@@ -415,6 +418,14 @@ impl RedisStore {
                 .fetch_min(server_max, Ordering::Relaxed);
         }
         let persistence = Persistence::read(conn);
+        let eviction = durability::eviction(conn);
+        if let Some(policy) = &eviction {
+            tracing::warn!(
+                store = %store.inner.url,
+                policy = %policy,
+                "rerun: this Redis evicts keys when it is full (maxmemory-policy {policy}): an evicted claim or result is forgotten, and its body can run again; set maxmemory-policy noeviction, or give rerun a Redis of its own"
+            );
+        }
         if options.once_durability.aof.is_some()
             && durability::server_version(conn).is_some_and(|v| v < (7, 2))
         {
@@ -426,6 +437,7 @@ impl RedisStore {
         match Arc::get_mut(&mut store.inner) {
             Some(inner) => {
                 inner.persistence = persistence;
+                inner.eviction = eviction;
                 inner.library = library;
             }
             None => {
@@ -533,6 +545,24 @@ impl RedisStore {
     /// ```
     pub fn persistence(&self) -> &Persistence {
         &self.inner.persistence
+    }
+
+    /// The server's `maxmemory-policy`, as read at connect, when the server can evict keys (it
+    /// has a `maxmemory` and a policy other than `noeviction`); `None` when it cannot, or when
+    /// its configuration cannot be read. An evicted record is forgotten: its body can run
+    /// again (`allkeys-*` policies evict any record, `volatile-*` ones the completed records).
+    /// Connecting to such a server logs a warning.
+    ///
+    /// ```no_run
+    /// use rerun_core::store::redis::RedisStore;
+    /// let store = RedisStore::connect("redis://127.0.0.1:6379")?;
+    /// if let Some(policy) = store.eviction_policy() {
+    ///     eprintln!("records can be evicted ({policy}): set maxmemory-policy noeviction");
+    /// }
+    /// # Ok::<(), rerun_core::Error>(())
+    /// ```
+    pub fn eviction_policy(&self) -> Option<&str> {
+        self.inner.eviction.as_deref()
     }
 
     fn too_large(&self, key: &Key, what: &'static str, len: usize) -> Result<(), Error> {
