@@ -317,6 +317,46 @@ fn a_claim_on_an_unknown_outcome_that_reaches_no_replica_leaves_it_unknown() {
     cleanup(&url, &name);
 }
 
+/// A wait for replicas longer than the call may take ends within the call, and its claim is
+/// given back (released, the body never started) instead of being left behind when the call
+/// gives up on the connection, where it would later read as an unknown outcome.
+#[test]
+fn a_wait_longer_than_the_response_timeout_gives_the_claim_back_in_time() {
+    let Some(url) = url() else { return };
+    let name = unique("waitlong");
+    let s = store(
+        &url,
+        &name,
+        RedisOptions::new()
+            .wait_replicas(1, Duration::from_secs(30))
+            .response_timeout(Duration::from_millis(500)),
+    )
+    .unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    for id in ["sync", "async"] {
+        let started = std::time::Instant::now();
+        let call = Call::new("charge", id).once();
+        let err = match id {
+            "sync" => call.run(&s, || Ok::<_, Error>(())).unwrap_err(),
+            _ => rt
+                .block_on(call.run_async(&s, async { Ok::<_, Error>(()) }))
+                .unwrap_err(),
+        };
+        assert!(err.to_string().contains("0 of 1 replicas"), "{id}: {err}");
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{id}: {:?}",
+            started.elapsed()
+        );
+        let view = s.inspect(&Key::new("charge", id)).unwrap().unwrap();
+        assert_eq!(view.status, Status::Released, "{id}: given back");
+    }
+    cleanup(&url, &name);
+}
+
 #[test]
 fn waitaof_needs_a_server_that_has_it() {
     let Some(url) = url() else { return };

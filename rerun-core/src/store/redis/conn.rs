@@ -384,12 +384,13 @@ impl RedisStore {
             }
         };
         let left = limit.saturating_sub(started.elapsed());
+        let until = super::durability::wait_until(left);
         let run = async {
             let reply = self
                 .run_async(&mut conn, Transition::Claim, record, args)
                 .await?;
             let waited = if super::reply::is_claimed(&reply) {
-                Some(durability.wait_async(&mut conn).await)
+                Some(durability.wait_async(&mut conn, until).await)
             } else {
                 None
             };

@@ -24,7 +24,7 @@
 //! [`RedisOptions::wait_aof`]: super::RedisOptions::wait_aof
 
 use std::fmt;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redis::Connection;
 
@@ -129,10 +129,15 @@ impl OnceDurability {
         self.replicas.is_some() || self.aof.is_some()
     }
 
-    /// Waits on `conn` (the connection that wrote the claim) for what is asked; `Err` names
-    /// what was not reached.
-    pub(super) fn wait(&self, conn: &mut Connection) -> redis::RedisResult<Result<(), String>> {
+    /// Waits on `conn` (the connection that wrote the claim) for what is asked, until `until`
+    /// at the latest (see [`wait_until`]); `Err` names what was not reached.
+    pub(super) fn wait(
+        &self,
+        conn: &mut Connection,
+        until: Instant,
+    ) -> redis::RedisResult<Result<(), String>> {
         if let Some((replicas, timeout)) = self.replicas {
+            let timeout = bounded(timeout, until);
             let got: u64 = redis::cmd("WAIT")
                 .arg(replicas)
                 .arg(millis(timeout))
@@ -145,6 +150,7 @@ impl OnceDurability {
             }
         }
         if let Some((local, replicas, timeout)) = self.aof {
+            let timeout = bounded(timeout, until);
             let got: (u64, u64) = redis::cmd("WAITAOF")
                 .arg(u8::from(local))
                 .arg(replicas)
@@ -166,8 +172,10 @@ impl OnceDurability {
     pub(super) async fn wait_async(
         &self,
         conn: &mut redis::aio::MultiplexedConnection,
+        until: Instant,
     ) -> redis::RedisResult<Result<(), String>> {
         if let Some((replicas, timeout)) = self.replicas {
+            let timeout = bounded(timeout, until);
             let got: u64 = redis::cmd("WAIT")
                 .arg(replicas)
                 .arg(millis(timeout))
@@ -181,6 +189,7 @@ impl OnceDurability {
             }
         }
         if let Some((local, replicas, timeout)) = self.aof {
+            let timeout = bounded(timeout, until);
             let got: (u64, u64) = redis::cmd("WAITAOF")
                 .arg(u8::from(local))
                 .arg(replicas)
@@ -203,6 +212,19 @@ impl OnceDurability {
 /// A wait's timeout as `WAIT` and `WAITAOF` take it: at least 1 ms (0 would wait forever), at
 /// most [`MAX_DURATION`](crate::MAX_DURATION), rerun's "no limit" (the server refuses a timeout
 /// whose deadline does not fit its clock, such as `Duration::MAX`'s).
+/// The latest a claim made now, within a call bounded by `limit`, waits for its durability:
+/// four fifths of the way, so that a wait that runs out still answers before the call's own
+/// deadline and the claim is given back, never left behind when the call gives up on the
+/// connection (a `once` claim left there would read as an unknown outcome).
+pub(super) fn wait_until(limit: Duration) -> Instant {
+    crate::clock::deadline_in(limit.saturating_sub(limit / 5))
+}
+
+/// `timeout`, cut to what is left until `until`.
+fn bounded(timeout: Duration, until: Instant) -> Duration {
+    timeout.min(until.saturating_duration_since(Instant::now()))
+}
+
 fn millis(d: Duration) -> u64 {
     u64::try_from(d.min(crate::MAX_DURATION).as_millis())
         .unwrap_or(u64::MAX)

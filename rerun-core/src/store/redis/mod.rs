@@ -218,7 +218,8 @@ impl RedisOptions {
     /// whose body ran. One more round trip per `once` claim.
     ///
     /// The wait is part of the claim's call, so [`RedisOptions::response_timeout`] bounds it
-    /// too; `Duration::MAX` waits as long as that allows.
+    /// too: it ends by four fifths of that at the latest, so that a claim whose wait ran out is
+    /// still given back within the call; `Duration::MAX` waits as long as that allows.
     pub fn wait_replicas(mut self, replicas: u32, timeout: Duration) -> Self {
         self.once_durability.replicas = Some((replicas, timeout));
         self
@@ -743,11 +744,12 @@ impl Store for RedisStore {
         }
         // The wait must run on the connection that wrote the claim: WAIT and WAITAOF wait for
         // this client's own writes.
+        let until = durability::wait_until(limit);
         let (reply, waited) = self.sync_call(Some(req.key), "claiming", limit, |conn| {
             let reply = self.run_sync(conn, Transition::Claim, &record, &args)?;
             let claimed = reply::is_claimed(&reply);
             let waited = if claimed {
-                Some(durability.wait(conn))
+                Some(durability.wait(conn, until))
             } else {
                 None
             };
