@@ -388,6 +388,40 @@ fn a_damaged_completed_record_is_corrupt_not_replayed() {
         let after: Vec<u8> = redis::cmd("GET").arg(&rk).query(&mut conn).unwrap();
         assert_eq!(after, bytes, "{what}: the record was changed");
     }
+    // A released record damaged where Lua's `tonumber` would still read a number (a space, a
+    // hex prefix, an exponent): the claim must not take it for free and overwrite it.
+    let released = Call::new("s", "free").run(&store, || Err::<u32, _>(Error::config("no")));
+    assert!(released.is_err());
+    let free: Vec<u8> = redis::cmd("GET")
+        .arg(store.record_key(&Key::new("s", "free")))
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(&free[..2], format!("{SCHEMA_VERSION}r").as_bytes());
+    let with_free = |at: usize, bytes: &[u8]| {
+        let mut r = free.clone();
+        r[at..at + bytes.len()].copy_from_slice(bytes);
+        r
+    };
+    let lenient: Vec<(&str, Vec<u8>)> = vec![
+        ("space in the fence", with_free(3, b" ")),
+        ("hex lease end", with_free(19, b"0x")),
+        ("exponent in the expiry", with_free(49, b"e1")),
+        ("signed changed", with_free(51, b"+")),
+        ("space in the holder length", with_free(99, b" ")),
+    ];
+    for (what, bytes) in lenient {
+        let key = Key::new("s", what);
+        let rk = store.record_key(&key);
+        let _: () = redis::cmd("SET")
+            .arg(&rk)
+            .arg(&bytes)
+            .query(&mut conn)
+            .unwrap();
+        let ran = Call::new("s", what).run(&store, || Ok::<_, Error>(8u32));
+        assert!(matches!(ran, Err(Error::Corrupt { .. })), "{what}: {ran:?}");
+        let after: Vec<u8> = redis::cmd("GET").arg(&rk).query(&mut conn).unwrap();
+        assert_eq!(after, bytes, "{what}: the record was changed");
+    }
     // The whole record still replays, and another payload is still a mismatch.
     let again = Call::new("s", "whole").run(&store, || Ok::<_, Error>(9u32));
     assert!(

@@ -54,6 +54,13 @@ local function parse(raw)
     return nil, 'the record has an unknown format'
   end
   if #raw < HEADER then return nil, 'the record is shorter than its header' end
+  -- Every number is all digits, as the Rust side reads it: `tonumber` alone would take a
+  -- damaged field (' 12', '0x1f', '1e5') for a number, and act on a record the Rust side
+  -- calls corrupt. (Literal patterns: built at compile time, not on every call.)
+  if not string.find(raw, '^%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d', 4)
+    or not string.find(raw, '^%d%d%d%d', 100) then
+    return nil, 'a number in the record is malformed'
+  end
   -- fes: the fence as stored, to be written back unformatted.
   local fes = string.sub(raw, 4, 19)
   local r = {
