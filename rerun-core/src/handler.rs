@@ -1,6 +1,6 @@
 //! Handler structs: `#[derive(Idempotent)]` plus [`Handle`] or [`AsyncHandle`].
 
-use std::any::Any;
+use std::any::{Any, TypeId};
 use std::future::Future;
 
 use serde::de::DeserializeOwned;
@@ -32,6 +32,11 @@ pub trait Idempotent {
     fn __has_reconcile(&self) -> bool {
         false
     }
+    /// The type the `reconcile = path` function returns, and its name; `None` without one.
+    #[doc(hidden)]
+    fn __reconcile_type(&self) -> Option<(TypeId, &'static str)> {
+        None
+    }
     /// The call this value makes.
     fn call(&self) -> Result<Call, Error> {
         Ok(Call::with_key(self.idempotency_key())
@@ -53,6 +58,30 @@ where
     match payload.__reconcile() {
         Some(boxed) => reconciled(key, boxed),
         None => Err(Error::OutcomeUnknown { key: key.clone() }.into()),
+    }
+}
+
+/// Whether `payload`'s own `reconcile = …` function returns what a call for `T` and `E`
+/// needs, `Result<Reconciled<T>, E>`: checked before the call, so that a function of another
+/// type is a `Config` error on the first call (in tests), not only on the rerun after a crash,
+/// when the function is finally called. For integrations that run a derived type's call.
+#[doc(hidden)]
+pub fn reconcile_fits<P, T, E>(payload: &P) -> Result<(), Error>
+where
+    P: Idempotent + ?Sized,
+    T: 'static,
+    E: 'static,
+{
+    match payload.__reconcile_type() {
+        Some((found, name)) if found != TypeId::of::<Result<Reconciled<T>, E>>() => {
+            Err(Error::config(format!(
+                "the `reconcile` function of {} returns {name}, but its calls need Result<Reconciled<{}>, {}>: make it return that",
+                std::any::type_name::<P>(),
+                std::any::type_name::<T>(),
+                std::any::type_name::<E>()
+            )))
+        }
+        _ => Ok(()),
     }
 }
 
@@ -132,6 +161,7 @@ pub trait Handle: Idempotent {
         store: &S,
     ) -> Result<Outcome<Self::Output>, Self::Error> {
         let call = self.call()?;
+        reconcile_fits::<Self, Self::Output, Self::Error>(self)?;
         let key = call.key().clone();
         call.run_reconciled(store, || type_reconcile(self, &key), || self.handle())
     }
@@ -159,6 +189,7 @@ pub trait AsyncHandle: Idempotent + Sync {
     ) -> impl Future<Output = Result<Outcome<Self::Output>, Self::Error>> + Send {
         async move {
             let call = self.call()?;
+            reconcile_fits::<Self, Self::Output, Self::Error>(self)?;
             let key = call.key().clone();
             let reconcile = async { type_reconcile(self, &key) };
             call.run_async_reconciled(store, reconcile, self.handle())

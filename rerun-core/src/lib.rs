@@ -112,7 +112,7 @@ pub mod __private {
     pub use crate::checkpoint::{hit as checkpoint_hit, Point};
     pub use crate::error::Error;
     pub use crate::fingerprint::Fingerprint;
-    pub use crate::handler::{type_reconcile, AsyncHandle, Handle, Idempotent};
+    pub use crate::handler::{reconcile_fits, type_reconcile, AsyncHandle, Handle, Idempotent};
     pub use crate::key::{IntoKey, Key};
     pub use crate::runtime::{Call, Options, Reconciled};
     pub use crate::scope::DefaultScope;
@@ -384,6 +384,15 @@ pub mod __private {
     #[inline]
     pub fn boxed_reconcile<T: 'static>(result: T) -> Option<std::boxed::Box<dyn std::any::Any>> {
         Some(std::boxed::Box::new(result))
+    }
+
+    /// The type a handler struct's `reconcile = path` function returns, without calling it,
+    /// for the derive.
+    #[inline]
+    pub fn reconcile_type<S: ?Sized, R: 'static>(
+        _reconcile: fn(&S) -> R,
+    ) -> (std::any::TypeId, &'static str) {
+        (std::any::TypeId::of::<R>(), std::any::type_name::<R>())
     }
 
     /// The global store (see `rerun_core::global`), for functions without `store = …`.

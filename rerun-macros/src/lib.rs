@@ -283,7 +283,10 @@ pub fn idempotent(attr: TokenStream, item: TokenStream) -> TokenStream {
 /// (with the same limits),
 /// `once`, `reconcile = path`, `settle` (with `reconcile`) and `crate = path`, as for
 /// [`macro@idempotent`]. The `reconcile`
-/// function takes `&Self` and returns `Result<Reconciled<Output>, Error>` of the handler.
+/// function takes `&Self` and returns `Result<Reconciled<Output>, Error>` of the handler. Its
+/// shape is checked at compile time; its types, which the derive cannot see the handler's of,
+/// on every call, before anything is claimed: a function of other types makes the first call
+/// an `Error::Config`, never a surprise on the rerun after a crash.
 ///
 /// On fields: `key` (several `key` fields make a composite key, in field order) and `skip`
 /// (left out of the fingerprint). Works on structs with named fields, tuple structs

@@ -225,3 +225,77 @@ struct Plain {
 fn default_scope() {
     assert_eq!(Plain { id: 1 }.idempotency_key().scope(), "derive::Plain");
 }
+
+/// A `reconcile` function whose types do not fit the handler's (here its output) compiles, as
+/// the derive cannot see the handler; the first call says so, before it claims or runs
+/// anything, instead of the rerun after a crash, when the function is finally called.
+#[derive(Serialize, Idempotent)]
+#[rerun(scope = "mail.misfit", once, reconcile = misfit_check)]
+struct Misfit {
+    #[rerun(key)]
+    id: u8,
+}
+
+fn misfit_check(_: &Misfit) -> Result<Reconciled<String>, Error> {
+    Ok(Reconciled::NotDone)
+}
+
+static MISFIT_RUNS: AtomicU32 = AtomicU32::new(0);
+
+impl Handle for Misfit {
+    type Output = String;
+    type Error = Error;
+    fn handle(&self) -> Result<String, Error> {
+        MISFIT_RUNS.fetch_add(1, SeqCst);
+        Ok("sent".into())
+    }
+}
+
+/// The same function with the handler's own types is accepted.
+#[derive(Serialize, Idempotent)]
+#[rerun(scope = "mail.misfit_async", once, reconcile = misfit_check_async)]
+struct MisfitAsync {
+    #[rerun(key)]
+    id: u8,
+}
+
+fn misfit_check_async(_: &MisfitAsync) -> Result<Reconciled<u32>, Error> {
+    Ok(Reconciled::NotDone)
+}
+
+impl AsyncHandle for MisfitAsync {
+    type Output = String;
+    type Error = Error;
+    async fn handle(&self) -> Result<String, Error> {
+        MISFIT_RUNS.fetch_add(1, SeqCst);
+        Ok("sent".into())
+    }
+}
+
+#[test]
+fn a_reconcile_function_of_other_types_is_refused_on_the_first_call() {
+    use rerun_core::Store as _;
+    let store = rerun_core::MemoryStore::new();
+    // Fits: Result<Reconciled<String>, Error> for Output = String, Error = Error.
+    assert_eq!(Misfit { id: 1 }.run(&store).unwrap(), "sent");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    // Does not fit: Reconciled<u32> for Output = String.
+    let err = rt
+        .block_on(MisfitAsync { id: 1 }.run_async(&store))
+        .unwrap_err();
+    let text = err.to_string();
+    assert!(
+        matches!(err, Error::Config { .. })
+            && text.contains("Reconciled<u32>")
+            && text.contains("Reconciled<alloc::string::String>"),
+        "{text}"
+    );
+    assert_eq!(MISFIT_RUNS.load(SeqCst), 1, "nothing ran for the misfit");
+    assert!(store
+        .inspect(&MisfitAsync { id: 1 }.idempotency_key())
+        .unwrap()
+        .is_none());
+}

@@ -151,6 +151,11 @@ where
                 Ok(call) => call,
                 Err(e) => return Handled::Failed(Failure::of(&e)),
             };
+            if self.reconcile.is_none() {
+                if let Err(e) = rerun_core::__private::reconcile_fits::<T, O, E>(&payload) {
+                    return Handled::Failed(Failure::of(&e));
+                }
+            }
             let result = match &self.reconcile {
                 Some(reconcile) => {
                     let check = reconcile(&payload);

@@ -66,6 +66,9 @@ pub fn expand(input: &DeriveInput, model: &Model) -> TokenStream {
             fn __has_reconcile(&self) -> bool {
                 true
             }
+            fn __reconcile_type(&self) -> ::core::option::Option<(::core::any::TypeId, &'static str)> {
+                ::core::option::Option::Some(#rt::reconcile_type::<Self, _>(#path))
+            }
         }
     });
 
