@@ -258,11 +258,41 @@ impl<'ast> Visit<'ast> for Uses {
                 match t {
                     TokenTree::Ident(i) => out.push(i.to_string()),
                     TokenTree::Group(g) => walk(g.stream(), out),
+                    // `format!("order-{id}")` names `id` inside its string.
+                    TokenTree::Literal(l) => {
+                        if let Ok(s) = syn::parse2::<syn::LitStr>(TokenTree::Literal(l).into()) {
+                            captured(&s.value(), out);
+                        }
+                    }
                     _ => {}
                 }
             }
         }
         walk(m.tokens.clone(), &mut self.names);
+    }
+}
+
+/// The names a format string captures: `id` in `"{id}"`, `"{id:>8}"` or `"{id:?}"`; not in
+/// `"{{id}}"` (escaped braces), `"{0}"` or `"{}"`.
+fn captured(text: &str, out: &mut Vec<String>) {
+    let mut rest = text;
+    while let Some(open) = rest.find('{') {
+        rest = &rest[open + 1..];
+        if let Some(after) = rest.strip_prefix('{') {
+            rest = after;
+            continue;
+        }
+        let end = rest.find(['}', ':']).unwrap_or(rest.len());
+        let name = rest[..end].trim();
+        let mut chars = name.chars();
+        let ident = chars
+            .next()
+            .is_some_and(|c| c == '_' || c.is_alphabetic())
+            && chars.all(|c| c == '_' || c.is_alphanumeric());
+        if ident {
+            out.push(name.strip_prefix("r#").unwrap_or(name).to_owned());
+        }
+        rest = &rest[end..];
     }
 }
 
