@@ -144,8 +144,8 @@ fn async_trait_stmts(stmts: &[syn::Stmt], plan: &Plan) -> Vec<TokenStream> {
         let touches = plan
             .payload
             .iter()
-            .filter(|ident| moved(ident))
-            .map(|ident| quote!(let _ = &#ident;));
+            .filter(|(ident, _)| moved(ident))
+            .map(|(ident, cfgs)| quote!(#(#cfgs)* let _ = &#ident;));
         out.splice(at..at, touches);
     }
     out
@@ -199,11 +199,25 @@ fn payload(rt: &TokenStream, plan: &Plan) -> TokenStream {
     }
     // Each argument is added on its own, spanned on it: a non-`Serialize` argument is reported
     // there, once, with the runtime's message.
-    let args = plan
-        .payload
-        .iter()
-        .map(|ident| quote_spanned!(ident.span()=> .arg(&#ident)));
-    quote!(::core::option::Option::Some(#rt::Payload::new() #(#args)*))
+    if plan.payload.iter().all(|(_, cfgs)| cfgs.is_empty()) {
+        let args = plan
+            .payload
+            .iter()
+            .map(|(ident, _)| quote_spanned!(ident.span()=> .arg(&#ident)));
+        return quote!(::core::option::Option::Some(#rt::Payload::new() #(#args)*));
+    }
+    // An argument under `#[cfg(…)]` is added under the same `#[cfg]`: configured away, it
+    // is neither there nor fingerprinted.
+    let payload = local("__rerun_payload");
+    let args = plan.payload.iter().map(|(ident, cfgs)| {
+        let add = quote_spanned!(ident.span()=> let #payload = #payload.arg(&#ident););
+        quote!(#(#cfgs)* #add)
+    });
+    quote!(::core::option::Option::Some({
+        let #payload = #rt::Payload::new();
+        #(#args)*
+        #payload
+    }))
 }
 
 fn options(rt: &TokenStream, args: &Args) -> TokenStream {

@@ -120,6 +120,9 @@ pub struct Param {
     pub simple: Option<SimpleParam>,
     pub pat: Pat,
     pub ty: Type,
+    /// The argument's `#[cfg(…)]` attributes: an attribute macro sees arguments before they
+    /// are configured away, so what it writes about one must carry them too.
+    pub cfgs: Vec<Attribute>,
 }
 
 pub struct SimpleParam {
@@ -151,6 +154,12 @@ pub fn params(sig: &Signature) -> (Option<&Receiver>, Vec<Param>) {
                     simple,
                     pat: (*t.pat).clone(),
                     ty: (*t.ty).clone(),
+                    cfgs: t
+                        .attrs
+                        .iter()
+                        .filter(|a| a.path().is_ident("cfg"))
+                        .cloned()
+                        .collect(),
                 });
             }
         }

@@ -31,8 +31,8 @@ pub struct Plan<'a> {
     /// `Result<T, E>` as declared (for `#[async_trait]`, the boxed future's `Output`).
     pub ret: &'a Type,
     pub key: &'a Expr,
-    /// The identifiers fingerprinted, in argument order.
-    pub payload: Vec<&'a Ident>,
+    /// The identifiers fingerprinted, in argument order, with their argument's `#[cfg]`s.
+    pub payload: Vec<(&'a Ident, &'a [syn::Attribute])>,
     pub reconcile: Option<Reconcile<'a>>,
 }
 
@@ -116,13 +116,17 @@ pub fn check<'a>(
     }
     // An argument that is the store itself (`store = store`, `store = &*store`) is never payload.
     let store_arg = args.store.as_ref().and_then(bare_name);
-    let payload: Vec<&Ident> = params
+    let payload: Vec<(&Ident, &[syn::Attribute])> = params
         .iter()
-        .flat_map(|p| p.idents.iter())
-        .filter(|i| !skipped.iter().any(|s| s == i) && store_arg.as_ref() != Some(i))
+        .flat_map(|p| p.idents.iter().map(|i| (i, &p.cfgs[..])))
+        .filter(|(i, _)| !skipped.iter().any(|s| s == i) && store_arg.as_ref() != Some(*i))
         .collect();
     for param in params {
-        let Some(first) = param.idents.iter().find(|i| payload.contains(i)) else {
+        let Some(first) = param
+            .idents
+            .iter()
+            .find(|i| payload.iter().any(|(p, _)| p == i))
+        else {
             continue;
         };
         if let Some(set) = common::hash_set_in(&param.ty) {
@@ -144,7 +148,15 @@ pub fn check<'a>(
             );
             None
         }
-        (Some((_, path)), Some(_)) => check_reconcile(path, params, receiver, errors),
+        (Some((_, path)), Some(_)) => {
+            for cfg in params.iter().flat_map(|p| &p.cfgs) {
+                errors.spanned(
+                    cfg,
+                    "`reconcile` is called with every argument of the function, which cannot follow an argument under `#[cfg]`; give the argument in every configuration, or drop `reconcile`",
+                );
+            }
+            check_reconcile(path, params, receiver, errors)
+        }
         (None, _) => None,
     };
     if let (Some((word, _)), None) = (&args.settle, &args.reconcile) {
@@ -285,9 +297,7 @@ fn captured(text: &str, out: &mut Vec<String>) {
         let end = rest.find(['}', ':']).unwrap_or(rest.len());
         let name = rest[..end].trim();
         let mut chars = name.chars();
-        let ident = chars
-            .next()
-            .is_some_and(|c| c == '_' || c.is_alphabetic())
+        let ident = chars.next().is_some_and(|c| c == '_' || c.is_alphabetic())
             && chars.all(|c| c == '_' || c.is_alphanumeric());
         if ident {
             out.push(name.strip_prefix("r#").unwrap_or(name).to_owned());
