@@ -152,9 +152,9 @@ pub mod __private {
 
     /// Checks at compile time that a payload argument is serializable, with our message.
     #[diagnostic::on_unimplemented(
-        message = "this argument is part of the payload fingerprint, but its type `{Self}` does not implement `serde::Serialize`",
-        label = "not `Serialize`: derive it, or leave this argument out of the fingerprint with `skip(…)`",
-        note = "every argument of an #[idempotent] function except the receiver and those in `skip(...)` is fingerprinted: derive `serde::Serialize` for `{Self}`, or write `#[idempotent(key = …, skip(name))]`"
+        message = "this value is part of the payload fingerprint, but its type `{Self}` does not implement `serde::Serialize`",
+        label = "not `Serialize`: derive it, or leave it out of the fingerprint",
+        note = "every argument of an #[idempotent] function but the receiver and those in `skip(...)`, and every field of a #[derive(Idempotent)] type but those marked `#[rerun(skip)]`, is fingerprinted: derive `serde::Serialize` for `{Self}`, or leave it out with `#[idempotent(key = …, skip(name))]` (an argument) or `#[rerun(skip)]` (a field)"
     )]
     pub trait PayloadArg: Serialize {}
     impl<T: Serialize + ?Sized> PayloadArg for T {}

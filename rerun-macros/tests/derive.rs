@@ -299,3 +299,37 @@ fn a_reconcile_function_of_other_types_is_refused_on_the_first_call() {
         .unwrap()
         .is_none());
 }
+
+/// Generic types need no bounds of their own: the derive asks, as serde's does, that the
+/// fingerprinted fields naming a type parameter be `Serialize` and the key fields keys.
+#[derive(Serialize, Deserialize, Idempotent)]
+#[rerun(scope = "generic.event")]
+struct Event<T, K> {
+    #[rerun(key)]
+    id: K,
+    data: T,
+    #[rerun(skip)]
+    note: std::marker::PhantomData<fn() -> T>,
+}
+
+#[test]
+fn generic_types_need_no_bounds_of_their_own() {
+    let a = Event {
+        id: 7u64,
+        data: vec![1u8, 2],
+        note: std::marker::PhantomData,
+    };
+    let b = Event {
+        id: 7u64,
+        data: vec![1u8, 3],
+        note: std::marker::PhantomData,
+    };
+    assert_eq!(a.idempotency_key(), Key::new("generic.event", &7u64));
+    assert_ne!(a.fingerprint().unwrap(), b.fingerprint().unwrap());
+    let named = Event {
+        id: "evt_1".to_owned(),
+        data: "x",
+        note: std::marker::PhantomData,
+    };
+    assert_eq!(named.idempotency_key(), Key::new("generic.event", "evt_1"));
+}

@@ -132,6 +132,7 @@ pub struct Field {
     pub key: bool,
     pub skip: bool,
     pub span: Span,
+    pub ty: syn::Type,
 }
 
 pub struct Variant {
@@ -287,7 +288,13 @@ fn variant(ident: Option<Ident>, fields: &Fields, span: Span, errors: &mut Error
                 Some(id) => Member::Named(id.clone()),
                 None => Member::Unnamed(syn::Index { index: i as u32, span: f.ty.span() }),
             };
-            let mut field = Field { member, key: false, skip: false, span: f.span() };
+            let mut field = Field {
+                member,
+                key: false,
+                skip: false,
+                span: f.span(),
+                ty: f.ty.clone(),
+            };
             let mut seen = Vec::new();
             for attr in rerun_attrs(&f.attrs) {
                 for Arg { name, .. } in common::parse_attr_args(attr, "#[rerun]", FIELD, errors) {

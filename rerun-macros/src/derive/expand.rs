@@ -14,7 +14,8 @@ const KEY_TUPLE: usize = 8;
 pub fn expand(input: &DeriveInput, model: &Model) -> TokenStream {
     let rt = runtime(model.container.krate.as_ref());
     let name = &input.ident;
-    let (impl_generics, ty_generics, where_clause) = input.generics.split_for_impl();
+    let generics = bounded(&rt, input, model);
+    let (impl_generics, ty_generics, where_clause) = generics.split_for_impl();
     let scope = match &model.container.scope {
         Some(lit) => quote!(#lit),
         None => {
@@ -90,6 +91,52 @@ pub fn expand(input: &DeriveInput, model: &Model) -> TokenStream {
             }
         };
     }
+}
+
+/// The type's generics with what the impl needs of its parameters, as serde's derive adds its
+/// own: each fingerprinted field whose type names a type parameter is `Serialize`, and each key
+/// field of that kind is a key (`IntoKey`). Fields of concrete types need no bound (and keep
+/// their errors at the field).
+fn bounded(rt: &TokenStream, input: &DeriveInput, model: &Model) -> syn::Generics {
+    let mut generics = input.generics.clone();
+    let params: Vec<&syn::Ident> = input.generics.type_params().map(|p| &p.ident).collect();
+    if params.is_empty() {
+        return generics;
+    }
+    let names_param = |ty: &syn::Type| {
+        struct Finds<'a>(&'a [&'a syn::Ident], bool);
+        impl<'a> syn::visit::Visit<'_> for Finds<'a> {
+            fn visit_path(&mut self, path: &syn::Path) {
+                if path.leading_colon.is_none()
+                    && path
+                        .segments
+                        .first()
+                        .is_some_and(|s| self.0.contains(&&s.ident))
+                {
+                    self.1 = true;
+                }
+                syn::visit::visit_path(self, path);
+            }
+        }
+        let mut finds = Finds(&params, false);
+        syn::visit::Visit::visit_type(&mut finds, ty);
+        finds.1
+    };
+    let mut predicates: Vec<syn::WherePredicate> = Vec::new();
+    for field in model.variants.iter().flat_map(|v| &v.fields) {
+        let ty = &field.ty;
+        if !names_param(ty) {
+            continue;
+        }
+        if !field.skip {
+            predicates.push(syn::parse_quote!(#ty: #rt::serde::Serialize));
+        }
+        if field.key {
+            predicates.push(syn::parse_quote!(#ty: #rt::IntoKey));
+        }
+    }
+    generics.make_where_clause().predicates.extend(predicates);
+    generics
 }
 
 /// After an error: an impl whose bodies are never compiled into a program (the build fails on
