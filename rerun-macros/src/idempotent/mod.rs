@@ -28,6 +28,18 @@ pub fn idempotent(attr: TokenStream, input: TokenStream) -> TokenStream {
         }
     };
     item.strip_state_changing();
+    // A second `#[idempotent]` would wrap the call in another with the same default scope and
+    // key: the inner one would find the outer's claim and answer "in progress", always.
+    for again in item
+        .attrs
+        .iter()
+        .filter(|a| crate::common::attr_name(a).as_deref() == Some("idempotent"))
+    {
+        errors.spanned(
+            again,
+            "`#[idempotent]` is given twice on this function; keep one (a second would claim the key the first already holds)",
+        );
+    }
     let parser = |input: syn::parse::ParseStream| args::Args::parse(input, &mut errors);
     let args = match parser.parse2(attr) {
         Ok(args) => Some(args),
