@@ -22,7 +22,7 @@ pub enum AfterBody {
 /// The advice that ends a store failure's message.
 fn store_advice(retryable: bool, after_body: Option<AfterBody>) -> &'static str {
     match (after_body, retryable) {
-        (Some(AfterBody::Once), _) => "the body ran, but its result was not recorded: its outcome is unknown, and it will not run again for this key",
+        (Some(AfterBody::Once), _) => "the body ran, but its result was not recorded: its outcome is unknown, and the body will not run again for this key (a retry runs its reconcile function, if any)",
         (Some(AfterBody::Replayable), true) => "the body ran, but its result was not recorded: the call can be retried, and a retry runs the body again",
         (Some(AfterBody::Replayable), false) => "the body ran, but its result was not recorded, and retrying will not help until this is fixed",
         (None, true) => "the call can be retried",
@@ -217,16 +217,13 @@ impl Error {
     ///
     /// `InProgress` (the holder finishes), `Store` (the backend recovers) and `LeaseLost` (the
     /// successor's result is replayed) are retryable; the others need a changed call or an
-    /// operator, and so does a `Store` failure after the body of an at-most-once call ran
-    /// ([`AfterBody::Once`]): its outcome is unknown.
+    /// operator. A `Store` failure after the body of an at-most-once call ran
+    /// ([`AfterBody::Once`]) stays retryable: the retry waits out the claim, then runs the
+    /// function's `reconcile`, or returns [`Error::OutcomeUnknown`].
     pub fn is_retryable(&self) -> bool {
         match self {
             Error::InProgress { .. } | Error::LeaseLost { .. } => true,
-            Error::Store {
-                retryable,
-                after_body,
-                ..
-            } => *retryable && *after_body != Some(AfterBody::Once),
+            Error::Store { retryable, .. } => *retryable,
             _ => false,
         }
     }

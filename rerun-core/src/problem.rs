@@ -200,7 +200,9 @@ impl Error {
                 };
                 let problem =
                     Problem::new(StatusCode::SERVICE_UNAVAILABLE, "store_unavailable", detail);
-                if self.is_retryable() {
+                // An at-most-once request whose outcome is unknown is for a person to check,
+                // not for a client to retry on its own.
+                if *retryable && *after_body != Some(AfterBody::Once) {
                     problem.retry_after(1)
                 } else {
                     problem
@@ -211,16 +213,16 @@ impl Error {
                 "record_unreadable",
                 "the recorded response for this idempotency key cannot be read, and the request was not processed again",
             ),
-            // Before the body (the payload's fingerprint) or after it (the result).
-            Error::Codec { what, .. } if *what == "the payload" => Problem::new(
+            // After the body (its result), or before it (the payload, the key, the holder).
+            Error::Codec { what, .. } if *what == "the result" => Problem::new(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "result_not_recordable",
-                "the request could not be fingerprinted for its idempotency key, and it was not processed",
+                "the request was processed, but its result could not be recorded, so nothing was recorded for its idempotency key",
             ),
             Error::Codec { .. } => Problem::new(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "result_not_recordable",
-                "the request was processed, but its result could not be recorded, so nothing was recorded for its idempotency key",
+                "the request could not be recorded under its idempotency key, and it was not processed",
             ),
             Error::Config { .. } => Problem::new(
                 StatusCode::INTERNAL_SERVER_ERROR,
@@ -315,7 +317,7 @@ mod tests {
             );
             assert_eq!(detail.contains("outcome is unknown"), unknown, "{detail}");
             assert_eq!(problem.retry_after_secs().is_some(), !unknown);
-            assert_eq!(e.is_retryable(), !unknown);
+            assert!(e.is_retryable(), "a redelivery runs reconcile");
             let text = e.to_string();
             assert!(
                 text.contains("the body ran, but its result was not recorded"),
@@ -335,6 +337,12 @@ mod tests {
             message: "nope".into(),
         };
         assert!(payload.problem().detail().contains("not processed"));
+        let key_too_large = Error::Codec {
+            key: Key::new("payments", "k1"),
+            what: "the key",
+            message: "too large".into(),
+        };
+        assert!(key_too_large.problem().detail().contains("not processed"));
     }
 
     /// Which variant `e` is: a variant added to `Error` fails to compile here until `all`
