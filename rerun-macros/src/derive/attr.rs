@@ -253,31 +253,6 @@ fn on_the_type(name: &str) -> &str {
     }
 }
 
-/// Whether a field's `#[serde(…)]` attributes serialize it by other means (`with`,
-/// `serialize_with`) or not at all (`skip`, `skip_serializing`): its own type is then not what
-/// the fingerprint sees.
-fn serialized_its_own_way(attrs: &[Attribute]) -> bool {
-    attrs
-        .iter()
-        .filter(|a| a.path().is_ident("serde"))
-        .any(|a| {
-            let mut own = false;
-            let _ = a.parse_nested_meta(|meta| {
-                own |= ["with", "serialize_with", "skip", "skip_serializing"]
-                    .iter()
-                    .any(|name| meta.path.is_ident(name));
-                // The value, if any, is not read.
-                if meta.input.peek(syn::Token![=]) {
-                    let _: syn::Expr = meta.value()?.parse()?;
-                } else if meta.input.peek(syn::token::Paren) {
-                    let _group: proc_macro2::TokenTree = meta.input.parse()?;
-                }
-                Ok(())
-            });
-            own
-        })
-}
-
 fn variant(ident: Option<Ident>, fields: &Fields, span: Span, errors: &mut Errors) -> Variant {
     let named = matches!(fields, Fields::Named(_));
     let fields = fields
@@ -312,7 +287,9 @@ fn variant(ident: Option<Ident>, fields: &Fields, span: Span, errors: &mut Error
                     }
                 }
             }
-            if !field.skip && !serialized_its_own_way(&f.attrs) {
+            // The fingerprint takes each field as it is (`#[serde(…)]` on the field changes the
+            // type's own serialization, not the fingerprint): only `#[rerun(skip)]` leaves it out.
+            if !field.skip {
                 if let Some(set) = common::hash_set_in(&f.ty) {
                     let what = match &f.ident {
                         Some(id) => format!("the field `{id}`"),

@@ -36,6 +36,7 @@ struct Tagged {
     labels: HashSet<String>,
     #[rerun(skip)]
     seen_by: HashSet<String>,
+    // `#[serde(skip)]` changes the type's serialization, not its fingerprint.
     #[serde(skip)]
     cache: HashSet<u8>,
 }
