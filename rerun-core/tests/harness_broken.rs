@@ -167,7 +167,32 @@ fn a_clean_run_that_rerun_fails_is_no_reference() {
     let text = report.to_string();
     assert!(!report.passed(), "{text}");
     assert!(
-        text.contains("the clean run failed with rerun's error"),
+        text.contains("the clean run failed with rerun's error before it reached any crash point"),
         "{text}"
     );
+}
+
+/// A body that ran and returned rerun's `Error` as its own result is compared as usual: its
+/// clean run passed crash points, and every rerun fails the same way.
+#[test]
+fn a_body_that_returns_reruns_error_is_compared_as_usual() {
+    let report = SafeToRerun::new(
+        "declined.charge",
+        app,
+        |app: &App| {
+            Call::new("declined.charge", "ord_1")
+                .run(&app.store, || {
+                    Err::<u32, _>(Error::store(
+                        None,
+                        "charging",
+                        std::io::Error::other("card declined"),
+                    ))
+                })
+                .map(|o| o.value)
+        },
+        |_: &App| (),
+    )
+    .in_process_only()
+    .check();
+    report.assert_passed();
 }
