@@ -13,7 +13,10 @@
 //! implementing type's impl would be (`<billing::SendReceipt as billing::Handler>::handle`,
 //! with the type's generic arguments, so `Page<u8>` and `Page<String>` are two scopes); an
 //! associated function without a `self` receiver cannot name that type, so a default body of
-//! one is shared by every implementor: give it `scope = "…"`. That path comes from the compiler (`std::any::type_name`), which does
+//! one is shared by every implementor: give it `scope = "…"`. So is the default body of a
+//! generic trait among the impls of one type (`impl Tr<A> for X` and `impl Tr<B> for X` both
+//! run `<X as Tr>::method`: the compiler names the trait without its arguments there). That
+//! path comes from the compiler (`std::any::type_name`), which does
 //! not promise to keep its format from release to release: an explicit scope keeps records
 //! valid across renames, moves and compiler upgrades.
 

@@ -101,8 +101,8 @@ impl fmt::Display for Persistence {
 /// is not `noeviction`. `None` when it cannot, or when its configuration cannot be read.
 ///
 /// An evicted record is forgotten as a restart without persistence forgets it: an evicted
-/// claim or result lets the body run again (`allkeys-*` evicts any record, `volatile-*` the
-/// completed ones, which have a time to live).
+/// claim or result lets the body run again (`allkeys-*` evicts any record, `volatile-*` those
+/// with a time to live: completed, released and forgotten records).
 pub(super) fn eviction(conn: &mut Connection) -> Option<String> {
     let get = |conn: &mut Connection, name: &str| -> Option<String> {
         let reply: Vec<String> = redis::cmd("CONFIG").arg("GET").arg(name).query(conn).ok()?;
@@ -209,9 +209,6 @@ impl OnceDurability {
     }
 }
 
-/// A wait's timeout as `WAIT` and `WAITAOF` take it: at least 1 ms (0 would wait forever), at
-/// most [`MAX_DURATION`](crate::MAX_DURATION), rerun's "no limit" (the server refuses a timeout
-/// whose deadline does not fit its clock, such as `Duration::MAX`'s).
 /// The latest a claim made now, within a call bounded by `limit`, waits for its durability:
 /// four fifths of the way, so that a wait that runs out still answers before the call's own
 /// deadline and the claim is given back, never left behind when the call gives up on the
@@ -225,6 +222,9 @@ fn bounded(timeout: Duration, until: Instant) -> Duration {
     timeout.min(until.saturating_duration_since(Instant::now()))
 }
 
+/// A wait's timeout as `WAIT` and `WAITAOF` take it: at least 1 ms (0 would wait forever), at
+/// most [`MAX_DURATION`](crate::MAX_DURATION), rerun's "no limit" (the server refuses a timeout
+/// whose deadline does not fit its clock, such as `Duration::MAX`'s).
 fn millis(d: Duration) -> u64 {
     u64::try_from(d.min(crate::MAX_DURATION).as_millis())
         .unwrap_or(u64::MAX)

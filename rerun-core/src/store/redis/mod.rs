@@ -551,7 +551,8 @@ impl RedisStore {
     /// The server's `maxmemory-policy`, as read at connect, when the server can evict keys (it
     /// has a `maxmemory` and a policy other than `noeviction`); `None` when it cannot, or when
     /// its configuration cannot be read. An evicted record is forgotten: its body can run
-    /// again (`allkeys-*` policies evict any record, `volatile-*` ones the completed records).
+    /// again (`allkeys-*` policies evict any record, `volatile-*` ones those with a time to
+    /// live: completed, released and forgotten records, the last two keeping the key's fence).
     /// Connecting to such a server logs a warning.
     ///
     /// ```no_run
