@@ -193,13 +193,18 @@ fn render(part: &Part<'_>, out: &mut String) {
 /// The readable form of an encoded id (see the module docs).
 pub(crate) fn readable(id: &str) -> String {
     let mut out = String::with_capacity(id.len());
-    match part(id, 0) {
-        Some((p, "")) => render(&p, &mut out),
-        _ => {
-            out.push_str("raw!");
-            quote_into(&mut out, id, '"');
+    if let Some((p, "")) = part(id, 0) {
+        render(&p, &mut out);
+        // Shown so only when it reads back as this very id: an id in a form rerun does not
+        // write (a length with a leading zero, an integer wider than 128 bits), read from a
+        // store, would otherwise be shown as the readable form of another key.
+        if parse(&out).is_ok_and(|back| back == id) {
+            return out;
         }
+        out.clear();
     }
+    out.push_str("raw!");
+    quote_into(&mut out, id, '"');
     out
 }
 
@@ -480,6 +485,26 @@ mod tests {
             let key = Key::from_parts("s", id);
             assert!(key.readable_id().starts_with("raw!"), "{id}: {key}");
             assert_eq!(Key::parse("s", &key.readable_id()).unwrap().id(), id);
+        }
+    }
+
+    /// An id in a form rerun does not write, read from a store, shows raw: its readable form
+    /// would otherwise read back as another id (another key for `rerunctl show` or `forget`).
+    #[test]
+    fn non_canonical_ids_show_the_raw_id() {
+        for id in [
+            "x01:ab",
+            "x+1:ab",
+            "s01:a",
+            "i340282366920938463463374607431768211456",
+            "i-170141183460469231731687303715884105729",
+            "t1:d1:x",
+            "(x01:ab)",
+        ] {
+            let key = Key::from_parts("s", id);
+            let shown = key.readable_id();
+            assert!(shown.starts_with("raw!"), "{id}: {shown}");
+            assert_eq!(Key::parse("s", &shown).unwrap().id(), id);
         }
     }
 
