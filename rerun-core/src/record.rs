@@ -83,8 +83,8 @@ pub struct RecordView {
     /// For a completed record: the encoded result (`None` too when a scan was asked to leave
     /// results out, see [`crate::store::ScanFilter::without_results`]).
     pub result: Option<Vec<u8>>,
-    /// How long ago the record last changed state (claimed, renewed, completed, released), as
-    /// far as the store knows; `None` where it does not. For people and filters only: no
+    /// How long ago the record last changed state (claimed, completed, released, marked
+    /// unknown; a renewal is not a change of state), as far as the store knows; `None` where it does not. For people and filters only: no
     /// decision is made on it.
     pub age: Option<Duration>,
 }

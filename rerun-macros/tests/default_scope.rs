@@ -448,3 +448,36 @@ fn default_bodies_are_scoped_by_the_implementing_type() {
         ]
     );
 }
+
+/// Under `#[async_trait]`, an argument written `_` is not fingerprinted, as in a native
+/// `async fn`: its type need not be `Serialize`.
+mod wildcard {
+    use super::*;
+
+    pub struct Ctx;
+
+    #[async_trait::async_trait]
+    pub trait Job {
+        async fn run(&self, store: &MemoryStore, ctx: &Ctx, id: u32) -> Result<u32, Error>;
+    }
+
+    pub struct Nightly;
+
+    #[async_trait::async_trait]
+    impl Job for Nightly {
+        #[idempotent(key = id, store = store)]
+        async fn run(&self, store: &MemoryStore, _: &Ctx, id: u32) -> Result<u32, Error> {
+            Ok(id)
+        }
+    }
+}
+
+#[test]
+fn async_trait_wildcard_arguments_are_not_fingerprinted() {
+    use wildcard::{Ctx, Job, Nightly};
+    let store = MemoryStore::new();
+    block_on(async {
+        assert_eq!(Nightly.run(&store, &Ctx, 3).await.ok(), Some(3));
+        assert_eq!(Nightly.run(&store, &Ctx, 3).await.ok(), Some(3));
+    });
+}

@@ -427,7 +427,7 @@ impl RedisStore {
             return Error::corrupt(
                 key,
                 CorruptKind::Record(format!(
-                    "the Redis key {} holds another type than rerun's hash",
+                    "the Redis key {} holds another type than rerun's record (a string, or a hash of rerun 0.1)",
                     self.record_key(key)
                 )),
             );

@@ -39,7 +39,11 @@
 //!
 //! A claim's fence is `max(last fence of the key + 1, Redis' clock in microseconds)`: the last
 //! fence survives release (the released record keeps it) and `forget` (a tombstone keeps it for a
-//! day), and once a record expired with its fence, the clock is past it.
+//! day), and once a record expired with its fence, the clock is past it: on a server whose clock
+//! does not step back. A clock set back, or a failover to a replica whose clock is behind, can
+//! hand out a fence below one handed out before the record expired; rerun's own checks compare a
+//! claim's fence for equality and are not affected, but a sink that keeps the highest fence it
+//! saw should allow for it (or keep records longer than such a step).
 //!
 //! # Sync and async
 //!
