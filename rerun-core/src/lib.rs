@@ -129,15 +129,19 @@ pub mod __private {
 
     /// Builds the options from milliseconds computed at compile time.
     pub const fn options(
-        ttl_ms: u64,
-        lease_ms: u64,
+        ttl_ms: Option<u64>,
+        lease_ms: Option<u64>,
         wait_ms: Option<u64>,
         once: bool,
         settle_ms: Option<u64>,
     ) -> Options {
-        let mut o = Options::new()
-            .ttl(Duration::from_millis(ttl_ms))
-            .lease(Duration::from_millis(lease_ms));
+        let mut o = Options::new();
+        if let Some(t) = ttl_ms {
+            o = o.ttl(Duration::from_millis(t));
+        }
+        if let Some(l) = lease_ms {
+            o = o.lease(Duration::from_millis(l));
+        }
         if let Some(w) = wait_ms {
             o = o.wait(Duration::from_millis(w));
         }

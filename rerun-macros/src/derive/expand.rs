@@ -47,8 +47,8 @@ pub fn expand(input: &DeriveInput, model: &Model) -> TokenStream {
     };
 
     let c = &model.container;
-    let ttl = c.ttl.as_ref().map_or(24 * 3600 * 1000, |m| m.ms);
-    let lease = c.lease.as_ref().map_or(30_000, |m| m.ms);
+    let ttl = optional_ms(c.ttl.as_ref());
+    let lease = optional_ms(c.lease.as_ref());
     let wait = optional_ms(c.wait.as_ref());
     let once = c.once.is_some();
     let settle = optional_ms(c.settle.as_ref().map(|(_, m)| m));

@@ -129,11 +129,6 @@ impl Args {
         }
         args
     }
-
-    /// Milliseconds of a duration argument, or its default.
-    pub fn ms(slot: &Option<(Ident, Millis)>, default: u64) -> u64 {
-        slot.as_ref().map_or(default, |(_, m)| m.ms)
-    }
 }
 
 /// Where to point errors about the attribute as a whole.

@@ -11,10 +11,6 @@ use super::item::{self, FnItem};
 use super::validate::{Plan, ReceiverUse, Reconcile, Shape};
 use crate::common::{self, local, respan, runtime};
 
-/// Default ttl and lease, as in `rerun_core::Options::new()`.
-const DEFAULT_TTL_MS: u64 = 24 * 3600 * 1000;
-const DEFAULT_LEASE_MS: u64 = 30 * 1000;
-
 pub fn expand(args: &Args, item: &FnItem, plan: &Plan) -> TokenStream {
     let rt = runtime(args.krate.as_ref());
     let call = local("__rerun_call");
@@ -221,8 +217,9 @@ fn payload(rt: &TokenStream, plan: &Plan) -> TokenStream {
 }
 
 fn options(rt: &TokenStream, args: &Args) -> TokenStream {
-    let ttl = Args::ms(&args.ttl, DEFAULT_TTL_MS);
-    let lease = Args::ms(&args.lease, DEFAULT_LEASE_MS);
+    // Not given: `Options::new()`'s, which the runtime alone knows.
+    let ttl = common::optional_ms(args.ttl.as_ref().map(|(_, m)| m));
+    let lease = common::optional_ms(args.lease.as_ref().map(|(_, m)| m));
     let wait = common::optional_ms(args.wait.as_ref().map(|(_, m)| m));
     let once = args.once.is_some();
     let settle = common::optional_ms(args.settle.as_ref().map(|(_, m)| m));

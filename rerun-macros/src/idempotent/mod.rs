@@ -132,7 +132,7 @@ mod tests {
                 }
             ),
         );
-        assert!(out.contains("options (604800000u64 , 90000u64 , :: core :: option :: Option :: Some (250u64) , false , :: core :: option :: Option :: None)"), "{out}");
+        assert!(out.contains("options (:: core :: option :: Option :: Some (604800000u64) , :: core :: option :: Option :: Some (90000u64) , :: core :: option :: Option :: Some (250u64) , false , :: core :: option :: Option :: None)"), "{out}");
         let out = expand(
             quote!(key = id, once, reconcile = check, settle = "2s 500ms"),
             quote!(
