@@ -36,10 +36,10 @@
 //! | POST/PATCH with a new key | the handler runs once; its status, headers and body are recorded and returned |
 //! | same key, same request (method, path, query, content type, body, and the [`fingerprint_headers`](IdempotencyLayer::fingerprint_headers)), after completion | the recorded status, headers and body, byte for byte, plus `Idempotent-Replayed: true`; the handler does not run |
 //! | same key while the first is running | `409 Conflict` with `Retry-After: 1`, or with [`wait`](IdempotencyLayer::wait), the first one's response (also with `Idempotent-Replayed: true`) |
-//! | same key, different request | `422 Unprocessable Content` |
+//! | same key, different request | `422 Unprocessable Entity` |
 //! | no key where [`required(true)`](IdempotencyLayer::required) | `400 Bad Request` |
 //! | a malformed key, an empty one, one over 255 characters, or the header sent twice | `400 Bad Request` |
-//! | a body over [`max_body`](IdempotencyLayer::max_body) (1 MiB by default) | `413 Content Too Large`; the handler does not run |
+//! | a body over [`max_body`](IdempotencyLayer::max_body) (1 MiB by default) | `413 Payload Too Large`; the handler does not run |
 //! | the handler answers 5xx, or panics | nothing is recorded (a panic gives `500`); a retry runs the handler again |
 //! | the handler answers `text/event-stream` (server-sent events), or a body over `max_body` | returned as it streams, not recorded; a retry runs the handler again |
 //! | with [`once`](IdempotencyLayer::once), any of the last two rows, a response body that fails, or an error of the inner service | the answer as above (a panic or a failed body: `500` with a problem saying the outcome is unknown), not recorded; the key's outcome is left unknown: a retry gets that `500`, and the handler is never run twice |
@@ -66,8 +66,9 @@
 //!
 //! ## Disconnects and crashes
 //!
-//! The handler runs on a tokio task of its own: a client that hangs up does not cut it short,
-//! its response is recorded, and the retry replays it. A server killed mid-handler leaves a
+//! The handler runs on the request's own task while the client waits; if the client hangs up,
+//! the rest of the call (handler and record) moves to a tokio task of its own, so the
+//! disconnect does not cut it short: its response is recorded, and the retry replays it. A server killed mid-handler leaves a
 //! claim that the retry takes over at once on the same host (its process is provably gone)
 //! or when its lease (30 s by default) ends elsewhere.
 //!
