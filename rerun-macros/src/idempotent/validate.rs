@@ -189,9 +189,20 @@ fn return_type<'a>(item: &'a FnItem, shape: &Shape<'a>, errors: &mut Errors) -> 
         Some(ty) if item::is_result(ty) => Some(ty),
         Some(ty) => {
             let shown = ty.to_token_stream().to_string();
+            let advice = match ty {
+                // A future written by hand: the macro needs the `async fn` to wrap its body.
+                Type::ImplTrait(t) if t.bounds.iter().any(|b| matches!(b, syn::TypeParamBound::Trait(t) if t.path.segments.last().is_some_and(|s| s.ident == "Future"))) => {
+                    format!("write it as `async fn {name}(…) -> Result<T, E>`")
+                }
+                // Perhaps an alias of `Result`, which the macro cannot see through.
+                Type::Path(p) if p.path.segments.last().is_some_and(|s| !s.arguments.is_empty()) => {
+                    format!("if `{shown}` names a `Result`, write the `Result<…>` it stands for (the macro reads `T` and `E` from it); else write `-> Result<{shown}, rerun_core::Error>` or use your own error type")
+                }
+                _ => format!("write `-> Result<{shown}, rerun_core::Error>` or use your own error type"),
+            };
             errors.spanned(
                 ty,
-                format!("an #[idempotent] function returns `Result<T, E>` so that its `Ok` can be recorded and an `Err` retried, but `{name}` returns `{shown}`; write `-> Result<{shown}, rerun_core::Error>` or use your own error type"),
+                format!("an #[idempotent] function returns `Result<T, E>` so that its `Ok` can be recorded and an `Err` retried, but `{name}` returns `{shown}`; {advice}"),
             );
             None
         }

@@ -6,3 +6,17 @@ fn charge(id: u64) -> u64 {
 }
 
 fn main() {}
+
+type Fallible<T> = Result<T, rerun_core::Error>;
+
+// An alias of `Result`: the macro cannot see through it.
+#[idempotent(key = id)]
+fn aliased(id: u64) -> Fallible<u64> {
+    Ok(id)
+}
+
+// A future written by hand.
+#[idempotent(key = id)]
+fn by_hand(id: u64) -> impl std::future::Future<Output = Result<u64, rerun_core::Error>> {
+    async move { Ok(id) }
+}
