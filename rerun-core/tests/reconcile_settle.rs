@@ -302,24 +302,15 @@ fn a_statement_a_killed_holder_left_in_the_database_socket_is_seen_by_the_reconc
 /// A call without `once` that takes over an at-most-once attempt's unknown outcome keeps the
 /// claim at most once: when its reconcile panics, the key goes back to unknown, never released
 /// for a rerun of the body.
+#[cfg(feature = "testing")]
 #[test]
 fn a_replayable_call_on_an_unknown_outcome_leaves_it_unknown_when_it_panics() {
-    use rerun_core::record::{ClaimRequest, ClaimResponse, Status};
-    use rerun_core::{Fingerprint, Holder, Key, Store};
+    use rerun_core::record::Status;
+    use rerun_core::{Fingerprint, Key, Store};
     let store = MemoryStore::new();
     let key = Key::new("settle.mode", "k");
-    let claimed = store.claim(&ClaimRequest {
-        key: &key,
-        fingerprint: &Fingerprint::EMPTY,
-        holder: &Holder::current(),
-        lease: Duration::from_secs(30),
-        once: true,
-        steal: None,
-    });
-    let Ok(ClaimResponse::Claimed(claim)) = claimed else {
-        panic!("not claimed: {claimed:?}")
-    };
-    store.mark_unknown(&claim).unwrap_or_else(|e| panic!("{e}"));
+    rerun_core::testing::leave_unknown(&store, &key, &Fingerprint::EMPTY)
+        .unwrap_or_else(|e| panic!("{e}"));
     let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         Call::new("settle.mode", "k")
             .settle(Duration::ZERO)

@@ -259,8 +259,7 @@ fn once_claims_wait_for_replicas_or_are_given_back() {
 /// attempt that may have had its effect. Sync and async.
 #[test]
 fn a_claim_on_an_unknown_outcome_that_reaches_no_replica_leaves_it_unknown() {
-    use rerun_core::record::{ClaimRequest, ClaimResponse};
-    use rerun_core::{Fingerprint, Holder};
+    use rerun_core::Fingerprint;
     let Some(url) = url() else { return };
     let name = unique("waitunknown");
     let plain = store(&url, &name, RedisOptions::new()).unwrap();
@@ -278,18 +277,7 @@ fn a_claim_on_an_unknown_outcome_that_reaches_no_replica_leaves_it_unknown() {
     let ran = std::sync::atomic::AtomicU32::new(0);
     for id in ["sync", "async"] {
         let key = Key::new("charge", id);
-        let claimed = plain.claim(&ClaimRequest {
-            key: &key,
-            fingerprint: &Fingerprint::EMPTY,
-            holder: &Holder::current(),
-            lease: Duration::from_secs(30),
-            once: true,
-            steal: None,
-        });
-        let Ok(ClaimResponse::Claimed(claim)) = claimed else {
-            panic!("not claimed: {claimed:?}")
-        };
-        plain.mark_unknown(&claim).unwrap();
+        rerun_core::testing::leave_unknown(&plain, &key, &Fingerprint::EMPTY).unwrap();
         let body = || {
             ran.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             Ok::<_, Error>(())

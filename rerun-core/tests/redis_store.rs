@@ -361,67 +361,51 @@ fn a_damaged_completed_record_is_corrupt_not_replayed() {
     // Byte ranges of the layout (prelude.lua), 0-based: fence 3..19, lease 19..35, expiry
     // 35..51, changed 51..67, holder length 99..103. A `z`, not an `x`: "0x00…" is a number
     // to Lua's `tonumber`.
-    let with = |at: usize, bytes: &[u8]| {
-        let mut r = whole.clone();
+    let with = |record: &[u8], at: usize, bytes: &[u8]| {
+        let mut r = record.to_vec();
         r[at..at + bytes.len()].copy_from_slice(bytes);
         r
     };
-    let damaged: Vec<(&str, Vec<u8>)> = vec![
-        ("fence", with(5, b"z")),
-        ("lease end", with(20, b"z")),
-        ("expiry", with(40, b"z")),
-        ("changed", with(60, b"z")),
-        ("holder length", with(101, b"z")),
-        ("truncated holder", with(99, b"9999")),
+    // Each damaged record, written at a key of its own, is found corrupt and left as it is.
+    let mut corrupt_and_untouched = |damaged: Vec<(&str, Vec<u8>)>| {
+        for (what, bytes) in damaged {
+            let rk = store.record_key(&Key::new("s", what));
+            let _: () = redis::cmd("SET")
+                .arg(&rk)
+                .arg(&bytes)
+                .query(&mut conn)
+                .unwrap();
+            let ran = Call::new("s", what).run(&store, || Ok::<_, Error>(8u32));
+            assert!(matches!(ran, Err(Error::Corrupt { .. })), "{what}: {ran:?}");
+            let after: Vec<u8> = redis::cmd("GET").arg(&rk).query(&mut conn).unwrap();
+            assert_eq!(after, bytes, "{what}: the record was changed");
+        }
+    };
+    corrupt_and_untouched(vec![
+        ("fence", with(&whole, 5, b"z")),
+        ("lease end", with(&whole, 20, b"z")),
+        ("expiry", with(&whole, 40, b"z")),
+        ("changed", with(&whole, 60, b"z")),
+        ("holder length", with(&whole, 101, b"z")),
+        ("truncated holder", with(&whole, 99, b"9999")),
         ("short header", whole[..90].to_vec()),
-    ];
-    for (what, bytes) in damaged {
-        let key = Key::new("s", what);
-        let rk = store.record_key(&key);
-        let _: () = redis::cmd("SET")
-            .arg(&rk)
-            .arg(&bytes)
-            .query(&mut conn)
-            .unwrap();
-        let ran = Call::new("s", what).run(&store, || Ok::<_, Error>(8u32));
-        assert!(matches!(ran, Err(Error::Corrupt { .. })), "{what}: {ran:?}");
-        let after: Vec<u8> = redis::cmd("GET").arg(&rk).query(&mut conn).unwrap();
-        assert_eq!(after, bytes, "{what}: the record was changed");
-    }
+    ]);
     // A released record damaged where Lua's `tonumber` would still read a number (a space, a
     // hex prefix, an exponent): the claim must not take it for free and overwrite it.
     let released = Call::new("s", "free").run(&store, || Err::<u32, _>(Error::config("no")));
     assert!(released.is_err());
     let free: Vec<u8> = redis::cmd("GET")
         .arg(store.record_key(&Key::new("s", "free")))
-        .query(&mut conn)
+        .query(&mut raw(&url))
         .unwrap();
     assert_eq!(&free[..2], format!("{SCHEMA_VERSION}r").as_bytes());
-    let with_free = |at: usize, bytes: &[u8]| {
-        let mut r = free.clone();
-        r[at..at + bytes.len()].copy_from_slice(bytes);
-        r
-    };
-    let lenient: Vec<(&str, Vec<u8>)> = vec![
-        ("space in the fence", with_free(3, b" ")),
-        ("hex lease end", with_free(19, b"0x")),
-        ("exponent in the expiry", with_free(49, b"e1")),
-        ("signed changed", with_free(51, b"+")),
-        ("space in the holder length", with_free(99, b" ")),
-    ];
-    for (what, bytes) in lenient {
-        let key = Key::new("s", what);
-        let rk = store.record_key(&key);
-        let _: () = redis::cmd("SET")
-            .arg(&rk)
-            .arg(&bytes)
-            .query(&mut conn)
-            .unwrap();
-        let ran = Call::new("s", what).run(&store, || Ok::<_, Error>(8u32));
-        assert!(matches!(ran, Err(Error::Corrupt { .. })), "{what}: {ran:?}");
-        let after: Vec<u8> = redis::cmd("GET").arg(&rk).query(&mut conn).unwrap();
-        assert_eq!(after, bytes, "{what}: the record was changed");
-    }
+    corrupt_and_untouched(vec![
+        ("space in the fence", with(&free, 3, b" ")),
+        ("hex lease end", with(&free, 19, b"0x")),
+        ("exponent in the expiry", with(&free, 49, b"e1")),
+        ("signed changed", with(&free, 51, b"+")),
+        ("space in the holder length", with(&free, 99, b" ")),
+    ]);
     // The whole record still replays, and another payload is still a mismatch.
     let again = Call::new("s", "whole").run(&store, || Ok::<_, Error>(9u32));
     assert!(

@@ -5,10 +5,8 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
-use rerun_core::record::{ClaimRequest, ClaimResponse};
-use rerun_core::{Error, Holder, Idempotent, MemoryStore, Reconciled, Store};
+use rerun_core::{Error, Idempotent, MemoryStore, Reconciled, Store};
 use rerun_queue::{handler, FailureKind, Handled, Handler, Message};
 use serde::{Deserialize, Serialize};
 
@@ -37,23 +35,10 @@ struct Payout {
 
 /// Leaves `payload`'s key as a delivery that died mid-body leaves it: outcome unknown.
 fn died_mid_body<T: Idempotent>(store: &MemoryStore, payload: &T) {
-    let key = payload.idempotency_key();
     let fingerprint = payload
         .fingerprint()
         .unwrap_or_else(|e| panic!("fingerprint: {e}"));
-    let claimed = store.claim(&ClaimRequest {
-        key: &key,
-        fingerprint: &fingerprint,
-        holder: &Holder::current(),
-        lease: Duration::from_secs(30),
-        once: true,
-        steal: None,
-    });
-    let Ok(ClaimResponse::Claimed(claim)) = claimed else {
-        panic!("not claimed: {claimed:?}")
-    };
-    store
-        .mark_unknown(&claim)
+    rerun_core::testing::leave_unknown(store, &payload.idempotency_key(), &fingerprint)
         .unwrap_or_else(|e| panic!("unknown: {e}"));
 }
 

@@ -42,3 +42,41 @@ pub fn service_url(var: &str) -> Option<String> {
 pub fn services_required() -> bool {
     std::env::var("RERUN_REQUIRE_SERVICES").is_ok_and(|v| v == "1" || v == "true")
 }
+
+/// Leaves `key` as an at-most-once attempt that died mid-body leaves it: an unknown outcome,
+/// for a payload of `fingerprint`. It claims the key `once` as this process and marks the claim
+/// unknown, so that the next call of the key finds the outcome unknown (and runs its
+/// `reconcile`, or returns [`Error::OutcomeUnknown`]). For tests of reconcile functions and of
+/// what a rerun does with an unknown outcome; a key that is not free is [`Error::Config`].
+///
+/// ```
+/// use rerun_core::testing::leave_unknown;
+/// use rerun_core::{Call, Error, Fingerprint, Key, MemoryStore};
+///
+/// let store = MemoryStore::new();
+/// leave_unknown(&store, &Key::new("mail.send", "u1"), &Fingerprint::EMPTY)?;
+/// let rerun = Call::new("mail.send", "u1").once().run(&store, || Ok::<_, Error>(()));
+/// assert!(matches!(rerun, Err(Error::OutcomeUnknown { .. })));
+/// # Ok::<(), Error>(())
+/// ```
+pub fn leave_unknown<S: crate::Store + ?Sized>(
+    store: &S,
+    key: &crate::Key,
+    fingerprint: &crate::Fingerprint,
+) -> Result<(), crate::Error> {
+    use crate::record::{ClaimRequest, ClaimResponse};
+    let claimed = store.claim(&ClaimRequest {
+        key,
+        fingerprint,
+        holder: &crate::Holder::current(),
+        lease: std::time::Duration::from_secs(30),
+        once: true,
+        steal: None,
+    })?;
+    match claimed {
+        ClaimResponse::Claimed(claim) => store.mark_unknown(&claim),
+        other => Err(crate::Error::config(format!(
+            "{key}: cannot leave an unknown outcome on a key that is not free ({other:?})"
+        ))),
+    }
+}
