@@ -82,6 +82,24 @@ pub fn set_hook(hook: Option<Hook>) -> Option<Hook> {
 
 thread_local! {
     static FENCE: Cell<Option<u64>> = const { Cell::new(None) };
+    static BODY_FAILED: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Notes, while a hook is installed (the harness runs), whether the body or the reconcile
+/// function of the call running on this thread returned an error: the harness tells an
+/// operation's own failure from rerun's by it. Free otherwise.
+#[inline]
+pub(crate) fn note_body_failed(failed: bool) {
+    if ARMED.load(Ordering::Relaxed) {
+        BODY_FAILED.with(|c| c.set(failed));
+    }
+}
+
+/// Whether the body of the last call noted on this thread failed ([`note_body_failed`]);
+/// cleared by reading it.
+#[cfg(feature = "testing")]
+pub(crate) fn take_body_failed() -> bool {
+    BODY_FAILED.with(|c| c.replace(false))
 }
 
 /// The fence of the claim whose body runs on this thread: `Some` inside the body of a sync

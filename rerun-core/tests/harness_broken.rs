@@ -167,7 +167,7 @@ fn a_clean_run_that_rerun_fails_is_no_reference() {
     let text = report.to_string();
     assert!(!report.passed(), "{text}");
     assert!(
-        text.contains("the clean run failed with rerun's error before it reached any crash point"),
+        text.contains("the clean run failed with rerun's own error"),
         "{text}"
     );
 }
@@ -195,4 +195,30 @@ fn a_body_that_returns_reruns_error_is_compared_as_usual() {
     .in_process_only()
     .check();
     report.assert_passed();
+}
+
+/// A clean run that passed crash points and then failed in rerun (here a second call whose
+/// scope rerun refuses, after a first that ran) is no reference either.
+#[test]
+fn a_clean_run_that_rerun_fails_after_some_points_is_no_reference() {
+    let report = SafeToRerun::new(
+        "broken.second",
+        app,
+        |app: &App| {
+            Call::new("broken.first", "k").run(&app.store, || Ok::<_, Error>(1u32))?;
+            Call::new("broken\tsecond", "k")
+                .run(&app.store, || Ok::<_, Error>(2u32))
+                .map(|o| o.value)
+        },
+        |_: &App| (),
+    )
+    .in_process_only()
+    .check();
+    let text = report.to_string();
+    assert!(!report.points().is_empty(), "{text}");
+    assert!(!report.passed(), "{text}");
+    assert!(
+        text.contains("the clean run failed with rerun's own error"),
+        "{text}"
+    );
 }

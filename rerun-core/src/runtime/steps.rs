@@ -371,6 +371,7 @@ where
     FF: Future<Output = Result<T, E>>,
 {
     let started = telemetry::clock();
+    checkpoint::note_body_failed(false);
     let span = tracing::debug_span!(
         "rerun.call",
         scope = %key.scope(),
@@ -529,6 +530,7 @@ where
         }
         match reconcile().await {
             Ok(Reconciled::Done(value)) => {
+                checkpoint::note_body_failed(false);
                 tracing::info!(
                     "rerun: an unknown outcome was reconciled as done; its result is recorded"
                 );
@@ -545,6 +547,7 @@ where
                 );
             }
             Err(e) => {
+                checkpoint::note_body_failed(true);
                 give_back_unknown(backend, &mut held).await;
                 report.verdict = Verdict::Unknown;
                 return Err(e);
@@ -559,6 +562,7 @@ where
     let result = body().await;
     drop(in_body);
     checkpoint::hit(Point::BodyReturned);
+    checkpoint::note_body_failed(result.is_err());
     match result {
         Ok(value) => {
             let out = record(backend, &mut held, value, ttl).await;

@@ -337,6 +337,7 @@ where
             }
         };
         hook.arm(Action::Record);
+        crate::checkpoint::take_body_failed();
         let result = match self.run(&world) {
             Ran::Returned(r) => r,
             Ran::Crashed => Err(RunError {
@@ -354,20 +355,21 @@ where
             }
         };
         report.points = hook.passed();
-        // Every rerun is judged against this run: one that rerun itself stopped before any
-        // point (a store that cannot be opened, a key or scope it refuses) would make every
-        // check compare one failure with another and pass. A body that ran and returned
-        // rerun's `Error` as its own (a declined charge) passed points, and is compared.
+        // Every rerun is judged against this run: one that rerun itself failed (a store that
+        // cannot be opened, a scope or key it refuses, a result it cannot record) would make
+        // every check compare one failure with another and pass. A body (or reconcile
+        // function) that returned rerun's `Error` as its own (a declined charge) is compared.
+        let body_failed = crate::checkpoint::take_body_failed();
         if let (
             Err(RunError {
                 text, rerun: true, ..
             }),
-            true,
-        ) = (&result, report.points.is_empty())
+            false,
+        ) = (&result, body_failed)
         {
             fail(
                 report,
-                format!("the clean run failed with rerun's error before it reached any crash point: {text}; every rerun is compared with a clean run, which must get as far as its body (check the world's store and the operation's key)"),
+                format!("the clean run failed with rerun's own error: {text}; every rerun is compared with a clean run, which must succeed or fail in its body (check the world's store, the operation's key and its result)"),
             );
             drop(world);
             dir.remove();
