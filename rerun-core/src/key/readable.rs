@@ -45,14 +45,21 @@ const MAX_NESTING: usize = 256;
 // The parser's error message names the limit.
 const _: () = assert!(MAX_NESTING == 256);
 
-/// Reads `{len}:` and the `len` bytes after it. A length past the end of the text (however
-/// large: an id read from a store may claim any length) reads as no part.
-fn sized(rest: &str) -> Option<(&str, &str)> {
+/// Reads `{len}:`, the length as rerun writes it (digits, no sign, no leading zero), and the
+/// position of its colon.
+fn length(rest: &str) -> Option<(usize, usize)> {
     let colon = rest.find(':')?;
     let len: usize = rest[..colon].parse().ok()?;
     if rest[..colon].starts_with('+') || (colon > 1 && rest.starts_with('0')) {
         return None;
     }
+    Some((len, colon))
+}
+
+/// Reads `{len}:` and the `len` bytes after it. A length past the end of the text (however
+/// large: an id read from a store may claim any length) reads as no part.
+fn sized(rest: &str) -> Option<(&str, &str)> {
+    let (len, colon) = length(rest)?;
     let end = colon.checked_add(1)?.checked_add(len)?;
     let body = rest.get(colon + 1..end)?;
     Some((body, &rest[end..]))
@@ -72,8 +79,11 @@ fn part(s: &str, depth: usize) -> Option<(Part<'_>, &str)> {
                 .map_or(rest.len(), |(i, _)| i);
             let digits = &rest[..end];
             let body = digits.strip_prefix('-').unwrap_or(digits);
-            let canonical =
-                !body.is_empty() && (body == "0" || !body.starts_with('0')) && digits != "-0";
+            // As rerun writes an integer: no leading zero, no `-0`, within 128 bits.
+            let canonical = !body.is_empty()
+                && (body == "0" || !body.starts_with('0'))
+                && digits != "-0"
+                && (digits.parse::<i128>().is_ok() || digits.parse::<u128>().is_ok());
             canonical.then_some((Part::Int(digits), &rest[end..]))
         }
         'b' => match rest.as_bytes().first() {
@@ -88,8 +98,7 @@ fn part(s: &str, depth: usize) -> Option<(Part<'_>, &str)> {
             cs.next().is_none().then_some((Part::Char(c), r))
         }
         'x' => {
-            let colon = rest.find(':')?;
-            let len: usize = rest[..colon].parse().ok()?;
+            let (len, colon) = length(rest)?;
             let end = len.checked_mul(2)?.checked_add(colon + 1)?;
             let hex = rest.get(colon + 1..end)?;
             hex.bytes()
@@ -112,7 +121,10 @@ fn part(s: &str, depth: usize) -> Option<(Part<'_>, &str)> {
             let (tag, r) = sized(rest)?;
             let mut tc = tag.chars();
             let t = tc.next()?;
-            if tc.next().is_some() {
+            // Only a tag that cannot be written bare is escaped (`KeyWriter::tagged`).
+            if tc.next().is_some()
+                || (t.is_ascii_alphabetic() && !super::RESERVED_TAGS.contains(&t))
+            {
                 return None;
             }
             let (body, r) = sized(r)?;
@@ -193,11 +205,11 @@ fn render(part: &Part<'_>, out: &mut String) {
 /// The readable form of an encoded id (see the module docs).
 pub(crate) fn readable(id: &str) -> String {
     let mut out = String::with_capacity(id.len());
+    // `part` reads only the forms rerun writes: an id in another form (a length with a
+    // leading zero, an integer wider than 128 bits), read from a store, is shown raw, never as
+    // the readable form of another key. The rendering is read back to make sure of it.
     if let Some((p, "")) = part(id, 0) {
         render(&p, &mut out);
-        // Shown so only when it reads back as this very id: an id in a form rerun does not
-        // write (a length with a leading zero, an integer wider than 128 bits), read from a
-        // store, would otherwise be shown as the readable form of another key.
         if parse(&out).is_ok_and(|back| back == id) {
             return out;
         }
