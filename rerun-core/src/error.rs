@@ -166,13 +166,14 @@ pub enum Error {
         /// not run, or the failure was not a call's).
         after_body: Option<AfterBody>,
     },
-    /// A result or payload could not be encoded.
+    /// A result, payload, key or holder could not be encoded, or is too large for the store.
     #[error("{key}: could not encode {what}: {message}")]
     #[non_exhaustive]
     Codec {
         /// The key.
         key: Key,
-        /// What was being encoded (`"the result"` or `"the payload"`).
+        /// What was being encoded: `"the result"` (after the body ran), or `"the payload"`,
+        /// `"the key"`, `"the holder"` (before it).
         what: &'static str,
         /// The encoder's message.
         message: String,

@@ -8,7 +8,7 @@
 //! | error | status | `Retry-After` |
 //! |---|---|---|
 //! | `InProgress` | 409 Conflict | 1 |
-//! | `PayloadMismatch` | 422 Unprocessable Content | |
+//! | `PayloadMismatch` | 422 Unprocessable Entity | |
 //! | `Store` | 503 Service Unavailable | 1, when retrying can help |
 //! | `LeaseLost` | 503 Service Unavailable | 1 |
 //! | `OutcomeUnknown` | 500 Internal Server Error, with a body that says the outcome is unknown | |
@@ -217,7 +217,7 @@ impl Error {
             Error::Codec { what, .. } if *what == "the result" => Problem::new(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "result_not_recordable",
-                "the request was processed, but its result could not be recorded, so nothing was recorded for its idempotency key",
+                "the request was processed, but its result could not be recorded for its idempotency key",
             ),
             Error::Codec { .. } => Problem::new(
                 StatusCode::INTERNAL_SERVER_ERROR,
@@ -298,7 +298,8 @@ mod tests {
     }
 
     /// A store failure after the body ran says the request was processed; at most once, that
-    /// its outcome is unknown, with no `Retry-After` (and the error is not retryable).
+    /// its outcome is unknown, with no `Retry-After` (the error stays retryable: a redelivery
+    /// runs the function's reconcile).
     #[test]
     fn a_store_failure_after_the_body_says_the_request_was_processed() {
         let key = Key::new("payments", "k1");

@@ -211,7 +211,7 @@ impl IdempotencyLayer {
     }
 
     /// The largest request and response body, in bytes (default 1 MiB). A larger request is
-    /// refused with `413 Content Too Large`; a larger response is returned but not recorded,
+    /// refused with `413 Payload Too Large`; a larger response is returned but not recorded,
     /// and its key is released (left unknown with [`once`](IdempotencyLayer::once)).
     pub fn max_body(mut self, bytes: usize) -> IdempotencyLayer {
         self.max_body = bytes;

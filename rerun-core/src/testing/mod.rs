@@ -73,10 +73,13 @@ pub fn leave_unknown<S: crate::Store + ?Sized>(
         once: true,
         steal: None,
     })?;
-    match claimed {
-        ClaimResponse::Claimed(claim) => store.mark_unknown(&claim),
-        other => Err(crate::Error::config(format!(
-            "{key}: cannot leave an unknown outcome on a key that is not free ({other:?})"
-        ))),
-    }
+    let found = match claimed {
+        ClaimResponse::Claimed(claim) => return store.mark_unknown(&claim),
+        ClaimResponse::Replay(_) => "a completed record",
+        ClaimResponse::Mismatch => "a completed record of another payload",
+        ClaimResponse::Busy(_) => "a claim in progress",
+    };
+    Err(crate::Error::config(format!(
+        "{key}: cannot leave an unknown outcome on a key that holds {found}"
+    )))
 }

@@ -189,16 +189,15 @@ fn return_type<'a>(item: &'a FnItem, shape: &Shape<'a>, errors: &mut Errors) -> 
         Some(ty) if item::is_result(ty) => Some(ty),
         Some(ty) => {
             let shown = ty.to_token_stream().to_string();
-            let advice = match ty {
-                // A future written by hand: the macro needs the `async fn` to wrap its body.
-                Type::ImplTrait(t) if t.bounds.iter().any(|b| matches!(b, syn::TypeParamBound::Trait(t) if t.path.segments.last().is_some_and(|s| s.ident == "Future"))) => {
-                    format!("write it as `async fn {name}(…) -> Result<T, E>`")
-                }
+            let advice = if names_future(ty) {
+                // A future written by hand (`impl Future`, `Pin<Box<dyn Future>>`): the macro
+                // needs the `async fn` to wrap its body.
+                format!("write it as `async fn {name}(…) -> Result<T, E>`")
+            } else if maybe_alias(ty) {
                 // Perhaps an alias of `Result`, which the macro cannot see through.
-                Type::Path(p) if p.path.segments.last().is_some_and(|s| !s.arguments.is_empty()) => {
-                    format!("if `{shown}` names a `Result`, write the `Result<…>` it stands for (the macro reads `T` and `E` from it); else write `-> Result<{shown}, rerun_core::Error>` or use your own error type")
-                }
-                _ => format!("write `-> Result<{shown}, rerun_core::Error>` or use your own error type"),
+                format!("if `{shown}` stands for a `Result`, write that `Result<…>` out (the macro reads `T` and `E` from it); else write `-> Result<{shown}, rerun_core::Error>` or use your own error type")
+            } else {
+                format!("write `-> Result<{shown}, rerun_core::Error>` or use your own error type")
             };
             errors.spanned(
                 ty,
@@ -213,6 +212,38 @@ fn return_type<'a>(item: &'a FnItem, shape: &Shape<'a>, errors: &mut Errors) -> 
             );
             None
         }
+    }
+}
+
+/// Whether `ty` names a `Future` anywhere (`impl Future<…>`, `Pin<Box<dyn Future<…>>>`).
+fn names_future(ty: &Type) -> bool {
+    struct Finds(bool);
+    impl<'a> Visit<'a> for Finds {
+        fn visit_path_segment(&mut self, s: &'a syn::PathSegment) {
+            self.0 |= s.ident == "Future";
+            syn::visit::visit_path_segment(self, s);
+        }
+    }
+    let mut finds = Finds(false);
+    finds.visit_type(ty);
+    finds.0
+}
+
+/// Whether `ty` could be a user's alias of `Result`: a path that is not one of the standard
+/// types a function commonly returns.
+fn maybe_alias(ty: &Type) -> bool {
+    const STANDARD: [&str; 26] = [
+        "bool", "char", "str", "String", "u8", "u16", "u32", "u64", "u128", "usize", "i8", "i16",
+        "i32", "i64", "i128", "isize", "f32", "f64", "Option", "Vec", "Box", "Arc", "Rc",
+        "HashMap", "BTreeMap", "Cow",
+    ];
+    match ty {
+        Type::Path(p) => p
+            .path
+            .segments
+            .last()
+            .is_some_and(|s| !STANDARD.iter().any(|n| s.ident == n)),
+        _ => false,
     }
 }
 

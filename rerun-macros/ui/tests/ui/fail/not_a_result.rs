@@ -20,3 +20,16 @@ fn aliased(id: u64) -> Fallible<u64> {
 fn by_hand(id: u64) -> impl std::future::Future<Output = Result<u64, rerun_core::Error>> {
     async move { Ok(id) }
 }
+
+type Answer = Result<u64, rerun_core::Error>;
+
+// An alias without arguments, and a standard type with them.
+#[idempotent(key = id)]
+fn plain_alias(id: u64) -> Answer {
+    Ok(id)
+}
+
+#[idempotent(key = id)]
+fn optional(id: u64) -> Option<u64> {
+    Some(id)
+}
