@@ -768,6 +768,12 @@ fn a_newer_schema_or_codec_is_refused_naming_the_versions() {
     let Some(url) = url() else { return };
     let (store, t) = fresh(&url, "version");
     drop(store);
+    let refused = || {
+        PostgresStore::builder(&url)
+            .table(&t.name)
+            .connect()
+            .unwrap_err()
+    };
     psql(
         &url,
         &format!(
@@ -776,10 +782,7 @@ fn a_newer_schema_or_codec_is_refused_naming_the_versions() {
         ),
     )
     .unwrap();
-    let err = PostgresStore::builder(&url)
-        .table(&t.name)
-        .connect()
-        .unwrap_err();
+    let err = refused();
     assert!(matches!(err, Error::Config { .. }), "{err}");
     let ours = rerun_core::store::postgres::SCHEMA_VERSION;
     assert!(
@@ -788,10 +791,7 @@ fn a_newer_schema_or_codec_is_refused_naming_the_versions() {
         "{err}"
     );
     psql(&url, &format!("UPDATE \"{}_meta\" SET value = {ours} WHERE name = 'schema_version'; UPDATE \"{}_meta\" SET value = 7 WHERE name = 'codec_version'", t.name, t.name)).unwrap();
-    let err = PostgresStore::builder(&url)
-        .table(&t.name)
-        .connect()
-        .unwrap_err();
+    let err = refused();
     assert!(err.to_string().contains("codec version 7"), "{err}");
     // No schema version at all: not rerun's table, a configuration error too (not a
     // retryable one).
@@ -803,10 +803,7 @@ fn a_newer_schema_or_codec_is_refused_naming_the_versions() {
         ),
     )
     .unwrap();
-    let err = PostgresStore::builder(&url)
-        .table(&t.name)
-        .connect()
-        .unwrap_err();
+    let err = refused();
     assert!(
         matches!(err, Error::Config { .. }) && err.to_string().contains("no schema version"),
         "{err}"

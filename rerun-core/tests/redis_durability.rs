@@ -141,6 +141,16 @@ fn persistence_is_read_at_connect_and_a_volatile_server_is_named_once() {
     cleanup(&url, &name);
 }
 
+/// A runtime for the async calls of a test (two workers: a wait blocks only its own
+/// connection).
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
 static SETTINGS: Mutex<()> = Mutex::new(());
 
 /// A server that can evict keys (a `maxmemory` and a policy other than `noeviction`) is named
@@ -215,11 +225,7 @@ fn once_claims_wait_for_replicas_or_are_given_back() {
         .run(&s, || Ok::<_, Error>(1))
         .unwrap();
     // Async calls too, on a connection of their own.
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = runtime();
     let err = rt
         .block_on(
             Call::new("charge", "ord_2")
@@ -269,11 +275,7 @@ fn a_claim_on_an_unknown_outcome_that_reaches_no_replica_leaves_it_unknown() {
         RedisOptions::new().wait_replicas(1, Duration::from_millis(100)),
     )
     .unwrap();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = runtime();
     let ran = std::sync::atomic::AtomicU32::new(0);
     for id in ["sync", "async"] {
         let key = Key::new("charge", id);
@@ -320,10 +322,7 @@ fn a_wait_longer_than_the_response_timeout_gives_the_claim_back_in_time() {
             .response_timeout(Duration::from_millis(500)),
     )
     .unwrap();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = runtime();
     for id in ["sync", "async"] {
         let started = std::time::Instant::now();
         let call = Call::new("charge", id).once();
