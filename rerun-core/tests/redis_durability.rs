@@ -260,6 +260,44 @@ fn once_claims_wait_for_replicas_or_are_given_back() {
     cleanup(&url, &name);
 }
 
+/// The connection an async `once` claim waits on is named as every connection of the store is,
+/// so `CLIENT LIST` (and an operator's `CLIENT KILL`) finds it under the store's name.
+#[test]
+fn the_connection_an_async_claim_waits_on_is_named() {
+    let Some(url) = url() else { return };
+    let name = unique("wait-named");
+    let s = store(
+        &url,
+        &name,
+        RedisOptions::new()
+            .client_name(&name)
+            .wait_replicas(1, Duration::from_millis(50)),
+    )
+    .unwrap();
+    let rt = runtime();
+    let err = rt
+        .block_on(
+            Call::new("charge", "ord_1")
+                .once()
+                .run_async(&s, async { Ok::<_, Error>(()) }),
+        )
+        .unwrap_err();
+    assert!(err.to_string().contains("0 of 1 replicas"), "{err}");
+    // Only the async claim's own connection sent WAIT under this name.
+    let clients: String = redis::cmd("CLIENT")
+        .arg("LIST")
+        .query(&mut raw(&url))
+        .unwrap();
+    let waited = clients
+        .lines()
+        .filter(|line| line.split(' ').any(|f| f == format!("name={name}")))
+        .filter(|line| line.split(' ').any(|f| f == "cmd=wait"))
+        .count();
+    assert_eq!(waited, 1, "{clients}");
+    drop(s);
+    cleanup(&url, &name);
+}
+
 /// A `once` claim that takes over an unknown outcome and reaches no replica is given back as
 /// what it found, unknown, never released: the next call must not run the body beside an
 /// attempt that may have had its effect. Sync and async.

@@ -10,9 +10,11 @@ mod redis_util;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use rerun_core::store::redis::{RedisOptions, RedisStore};
-use rerun_core::{Call, Error};
+use rerun_core::testing::proxy::Proxy;
+use rerun_core::{Call, Error, Key, Store};
 
 use redis_util::{cleanup, raw, unique, url};
 
@@ -181,8 +183,17 @@ impl Drop for OwnLibrary {
 }
 
 fn own_store(url: &str, store_url: &str, test: &str) -> (RedisStore, OwnLibrary) {
+    own_store_with(url, store_url, test, |options| options)
+}
+
+fn own_store_with(
+    url: &str,
+    store_url: &str,
+    test: &str,
+    more: impl FnOnce(RedisOptions) -> RedisOptions,
+) -> (RedisStore, OwnLibrary) {
     let name = unique(test);
-    let store = RedisStore::connect_with(store_url, options(&name).library_variant(&name))
+    let store = RedisStore::connect_with(store_url, more(options(&name).library_variant(&name)))
         .expect("connecting to the test Redis");
     let library = store
         .library_name()
@@ -291,6 +302,40 @@ fn a_vanished_library_is_loaded_again_sync_and_async() {
             rerun_core::Store::scan(&store, None, 100).expect("a scan after FUNCTION DELETE");
         assert!(!page.records.is_empty());
     }
+}
+
+/// A sync call that needs several round trips (its function gone: the call, the library loaded
+/// again, the call again) ends by its time limit, however each round trip is answered within
+/// the socket's timeout: a slow server does not stretch it to a multiple of its limit.
+#[test]
+fn a_call_of_several_round_trips_ends_by_its_deadline() {
+    let Some(url) = url() else { return };
+    let proxy = Proxy::start(&upstream(&url)).expect("a proxy");
+    let limit = Duration::from_secs(1);
+    let (store, own) = own_store_with(
+        &url,
+        &format!("redis://{}", proxy.addr()),
+        "fn-deadline",
+        |options| options.response_timeout(limit),
+    );
+    let key = Key::new("fn", "deadline");
+    assert!(Store::inspect(&store, &key).expect("a read").is_none());
+    delete_library(&url, &own.name);
+    // Each reply just within the socket's timeout, three round trips: 2.1 s before the fix.
+    proxy.delay_replies(limit * 7 / 10);
+    let started = Instant::now();
+    let read = Store::inspect(&store, &key);
+    let took = started.elapsed();
+    proxy.delay_replies(Duration::ZERO);
+    let e = read.expect_err("the call ran out of time");
+    assert!(e.to_string().contains("no answer within"), "{e}");
+    assert!(
+        took < limit * 17 / 10,
+        "a call of a 1 s limit took {took:?}"
+    );
+    // The next call loads the library and answers.
+    assert!(Store::inspect(&store, &key).expect("a read").is_none());
+    assert_eq!(libraries(&url, &own.name), vec![own.name.clone()]);
 }
 
 #[test]

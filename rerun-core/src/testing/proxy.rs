@@ -1,7 +1,8 @@
 //! A TCP proxy for fault tests: it forwards between clients and a server until told to
 //! **freeze** (hold every byte in both directions, as a hung peer or a partitioned network
 //! does: the sockets stay open and silent), to **swallow** the next reply (the server acted,
-//! the client never hears of it), or to **cut** every connection.
+//! the client never hears of it), to **delay** every reply (a slow server or a long path), or
+//! to **cut** every connection.
 //!
 //! ```no_run
 //! use rerun_core::testing::proxy::Proxy;
@@ -31,6 +32,8 @@ struct Shared {
     frozen: Mutex<bool>,
     thawed: Condvar,
     swallow: AtomicBool,
+    /// How long each chunk of a reply is held before it is forwarded, in microseconds.
+    delay_micros: AtomicU64,
     /// Bumped by `cut`: pumps of older generations end.
     generation: AtomicU64,
     stopped: AtomicBool,
@@ -107,6 +110,13 @@ impl Proxy {
         self.shared.swallow.store(true, Ordering::SeqCst);
     }
 
+    /// Holds each chunk the server sends for `delay` before forwarding it (zero: no delay), on
+    /// every connection, open or new.
+    pub fn delay_replies(&self, delay: Duration) {
+        let micros = u64::try_from(delay.as_micros()).unwrap_or(u64::MAX);
+        self.shared.delay_micros.store(micros, Ordering::SeqCst);
+    }
+
     /// Cuts every open connection; new ones are forwarded as before.
     pub fn cut(&self) {
         self.shared.generation.fetch_add(1, Ordering::SeqCst);
@@ -159,6 +169,10 @@ fn spawn_pump(
                 }
                 if replies && shared.swallow.swap(false, Ordering::SeqCst) {
                     break;
+                }
+                let delay = shared.delay_micros.load(Ordering::SeqCst);
+                if replies && delay > 0 {
+                    std::thread::sleep(Duration::from_micros(delay));
                 }
                 if to.write_all(&buf[..n]).is_err() {
                     break;

@@ -2,8 +2,10 @@
 //! multiplexed connection for the async half.
 //!
 //! - **Deadlines**: every call has a time limit (the store's operation timeout, or a third of
-//!   the claim's lease): a blocking connection's socket timeouts are set to it, an async call
-//!   is raced against the keeper's timer (which needs no timer of the caller's runtime). A call
+//!   the claim's lease): a blocking connection's socket timeouts are set to what is left of it
+//!   before each round trip (a [`Budget`]), so a call of several (a library or a script loaded
+//!   again, a durability wait) ends by its deadline as a call of one does; an async call is
+//!   raced against the keeper's timer (which needs no timer of the caller's runtime). A call
 //!   that runs out of time drops its connection: an answer may still be on its way.
 //! - **Failures**: a connection that failed is dropped, and so is every idle connection opened
 //!   before it (whatever killed one, a restart, a `CLIENT KILL` or a cut network, most likely
@@ -17,7 +19,7 @@ use std::sync::MutexGuard;
 use std::time::{Duration, Instant};
 
 use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, Connection, ConnectionLike, RedisError, Value};
+use redis::{AsyncConnectionConfig, Connection, ConnectionLike, RedisError, RedisResult, Value};
 
 use crate::error::{CorruptKind, Error};
 use crate::key::Key;
@@ -44,6 +46,54 @@ impl SyncConn {
     /// The driver's connection.
     pub(super) fn connection(&mut self) -> &mut Connection {
         &mut self.conn
+    }
+}
+
+/// What is left of a sync call's time limit, for its round trips after the first: before each,
+/// the socket's timeouts are set to the time left, so that no number of round trips, each
+/// answered just within the socket's timeout, takes a call past its deadline.
+pub(super) struct Budget {
+    /// `None` for work with no deadline of its own (each round trip still has the socket's).
+    until: Option<Instant>,
+    /// The timeout this call last set on the socket, if it set one.
+    set: Option<Duration>,
+}
+
+impl Budget {
+    /// The budget of a call that started at `started` with `limit`.
+    fn new(started: Instant, limit: Duration) -> Budget {
+        Budget {
+            until: started.checked_add(limit),
+            set: None,
+        }
+    }
+
+    /// No deadline beyond each round trip's socket timeout: for a sweep of many steps.
+    pub(super) fn per_trip() -> Budget {
+        Budget {
+            until: None,
+            set: None,
+        }
+    }
+
+    /// Before a round trip after the first: sets the socket's timeouts to the time left, or
+    /// answers a timeout (nothing was sent) when none is.
+    pub(super) fn next_trip(&mut self, conn: &mut Connection) -> RedisResult<()> {
+        let Some(until) = self.until else {
+            return Ok(());
+        };
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "the call's time limit ran out before its next round trip",
+            )
+            .into());
+        }
+        conn.set_read_timeout(Some(left))?;
+        conn.set_write_timeout(Some(left))?;
+        self.set = Some(left);
+        Ok(())
     }
 }
 
@@ -136,14 +186,16 @@ impl RedisStore {
         pool
     }
 
-    fn take(&self, key: Option<&Key>, limit: Duration) -> Result<(u64, SyncConn), Error> {
+    /// A pooled connection, or a new one (then `true`: its timeouts are set to what its
+    /// handshake left of `limit`).
+    fn take(&self, key: Option<&Key>, limit: Duration) -> Result<(u64, SyncConn, bool), Error> {
         let (generation, pooled) = {
             let mut pool = self.pool();
             (pool.generation, pool.idle.pop())
         };
         match pooled {
-            Some(conn) => Ok((generation, conn)),
-            None => Ok((generation, self.open_sync(key, limit)?)),
+            Some(conn) => Ok((generation, conn, false)),
+            None => Ok((generation, self.open_sync(key, limit)?, true)),
         }
     }
 
@@ -163,20 +215,22 @@ impl RedisStore {
         }
     }
 
-    /// Runs one request on a pooled sync connection, within `limit`.
+    /// Runs one request on a pooled sync connection, within `limit`: `f` calls
+    /// [`Budget::next_trip`] before each round trip after its first.
     pub(super) fn sync_call<T>(
         &self,
         key: Option<&Key>,
         what: &str,
         limit: Duration,
-        f: impl FnOnce(&mut Connection) -> Result<T, RedisError>,
+        f: impl FnOnce(&mut Connection, &mut Budget) -> Result<T, RedisError>,
     ) -> Result<T, Error> {
-        let (generation, mut conn) = self.take(key, limit)?;
-        // The socket's timeouts are set to the call's limit only when they differ from what
-        // the connection has (calls of one kind share a limit): two system calls saved per call.
-        // Taking a pooled connection costs nothing; opening a new one spent part of `limit`
-        // already and set the rest.
-        if conn.timeout != limit {
+        let started = Instant::now();
+        let (generation, mut conn, opened) = self.take(key, limit)?;
+        // A pooled connection's timeouts are set to the call's limit only when they differ
+        // from what it has (calls of one kind share a limit): two system calls saved per call,
+        // for a first round trip that may end a few microseconds past the deadline. A new one
+        // has what its handshake left of the limit already.
+        if !opened && conn.timeout != limit {
             let set = conn
                 .conn
                 .set_read_timeout(Some(limit))
@@ -187,7 +241,12 @@ impl RedisStore {
             }
             conn.timeout = limit;
         }
-        match f(&mut conn.conn) {
+        let mut budget = Budget::new(started, limit);
+        let result = f(&mut conn.conn, &mut budget);
+        if let Some(set) = budget.set {
+            conn.timeout = set;
+        }
+        match result {
             Ok(v) => {
                 self.put_back(generation, conn);
                 Ok(v)
@@ -225,21 +284,7 @@ impl RedisStore {
                 None => None,
             }
         };
-        let inner = &self.inner;
-        // No timeouts of the driver's: they need the caller's runtime to have a timer, and the
-        // call's own deadline (around this) bounds the connect anyway.
-        let config = AsyncConnectionConfig::new();
-        let mut conn = inner
-            .client
-            .get_multiplexed_async_connection_with_config(&config)
-            .await
-            .map_err(|e| self.connect_err(Some(key), "connecting", e))?;
-        redis::cmd("CLIENT")
-            .arg("SETNAME")
-            .arg(&inner.client_name)
-            .query_async::<()>(&mut conn)
-            .await
-            .map_err(|e| self.connect_err(Some(key), "naming the connection", e))?;
+        let conn = self.open_async(key).await?;
         // A task that lives exactly as long as the runtime that drives the connection.
         let alive = tokio::spawn(std::future::pending::<()>());
         let mut cached = self.inner.aio.lock().unwrap_or_else(|p| p.into_inner());
@@ -262,6 +307,26 @@ impl RedisStore {
         }
     }
 
+    /// A new multiplexed connection in the current runtime, named as every connection is.
+    async fn open_async(&self, key: &Key) -> Result<MultiplexedConnection, Error> {
+        let inner = &self.inner;
+        // No timeouts of the driver's: they need the caller's runtime to have a timer, and the
+        // call's own deadline (around this) bounds the connect anyway.
+        let config = AsyncConnectionConfig::new();
+        let mut conn = inner
+            .client
+            .get_multiplexed_async_connection_with_config(&config)
+            .await
+            .map_err(|e| self.connect_err(Some(key), "connecting", e))?;
+        redis::cmd("CLIENT")
+            .arg("SETNAME")
+            .arg(&inner.client_name)
+            .query_async::<()>(&mut conn)
+            .await
+            .map_err(|e| self.connect_err(Some(key), "naming the connection", e))?;
+        Ok(conn)
+    }
+
     fn invalidate_async(&self, id: u64) {
         let mut cached = self.inner.aio.lock().unwrap_or_else(|p| p.into_inner());
         if cached.as_ref().is_some_and(|a| a.id == id) {
@@ -277,7 +342,7 @@ impl RedisStore {
         what: &str,
         limit: Duration,
         request: impl FnOnce(MultiplexedConnection) -> Fut,
-        sync: impl FnOnce(&mut Connection) -> Result<T, RedisError>,
+        sync: impl FnOnce(&mut Connection, &mut Budget) -> Result<T, RedisError>,
     ) -> Result<T, Error>
     where
         Fut: Future<Output = Result<T, RedisError>>,
@@ -322,7 +387,7 @@ impl RedisStore {
             what,
             limit,
             |mut conn| async move { self.run_async(&mut conn, t, record, args).await },
-            |conn| self.run_sync(conn, t, record, args),
+            |conn, budget| self.run_sync(conn, budget, t, record, args),
         )
         .await
     }
@@ -337,8 +402,8 @@ impl RedisStore {
         record: &str,
         args: &[Arg<'_>],
     ) -> Result<Value, Error> {
-        self.sync_call(Some(key), what, limit, |conn| {
-            self.run_sync(conn, t, record, args)
+        self.sync_call(Some(key), what, limit, |conn, budget| {
+            self.run_sync(conn, budget, t, record, args)
         })
     }
 
@@ -363,18 +428,9 @@ impl RedisStore {
             Some((f, conn)) if *f == now => conn.clone(),
             _ => {
                 let left = limit.saturating_sub(started.elapsed());
-                let opened =
-                    deadline(
-                        left,
-                        self.inner
-                            .client
-                            .get_multiplexed_async_connection_with_config(
-                                &AsyncConnectionConfig::new(),
-                            ),
-                    )
+                let opened = deadline(left, self.open_async(key))
                     .await
-                    .ok_or_else(|| self.timed_out(Some(key), "connecting", limit))?
-                    .map_err(|e| self.connect_err(Some(key), "connecting", e))?;
+                    .ok_or_else(|| self.timed_out(Some(key), "connecting", limit))??;
                 if let Some(old) = lane.take() {
                     // From before a fork, or broken: never touched again.
                     std::mem::forget(old);

@@ -30,6 +30,7 @@
 use redis::aio::MultiplexedConnection;
 use redis::{Connection, RedisError, RedisResult, Script, Value};
 
+use super::conn::Budget;
 use super::scripts::{prelude, Arg, Transition};
 use super::RedisStore;
 use crate::store::Store as _;
@@ -239,16 +240,18 @@ impl RedisStore {
 
     /// Runs a transition on one record: its function when the store uses functions (loading
     /// the library again if it is gone, or running the script if the function was refused
-    /// before it ran), else its script (`EVALSHA`, loaded again after `NOSCRIPT`).
+    /// before it ran), else its script (`EVALSHA`, loaded again after `NOSCRIPT`). Every round
+    /// trip after the first is within what `budget` has left.
     pub(super) fn run_sync(
         &self,
         conn: &mut Connection,
+        budget: &mut Budget,
         t: Transition,
         record: &str,
         args: &[Arg<'_>],
     ) -> RedisResult<Value> {
         let Some(library) = &self.inner.library else {
-            return self.invocation(t, record, args).invoke(conn);
+            return self.script_sync(conn, budget, t, record, args);
         };
         let call = library.fcall(t, record, args);
         let mut reply = call.query::<Value>(conn);
@@ -257,11 +260,43 @@ impl RedisStore {
                 library = library.name(),
                 "rerun: Redis lost rerun's functions; loading them again"
             );
-            reply = load_result(library.load_cmd().query(conn)).and_then(|()| call.query(conn));
+            reply = budget
+                .next_trip(conn)
+                .and_then(|()| load_result(library.load_cmd().query(conn)))
+                .and_then(|()| budget.next_trip(conn))
+                .and_then(|()| call.query(conn));
         }
         match reply {
             Err(e) if miss(&e) == Some(Miss::RefusedUpFront) => {
-                self.invocation(t, record, args).invoke(conn)
+                budget.next_trip(conn)?;
+                self.script_sync(conn, budget, t, record, args)
+            }
+            other => other,
+        }
+    }
+
+    /// A transition's script (`EVALSHA`; loaded again after `NOSCRIPT` and called once more),
+    /// every round trip after the first within what `budget` has left.
+    fn script_sync(
+        &self,
+        conn: &mut Connection,
+        budget: &mut Budget,
+        t: Transition,
+        record: &str,
+        args: &[Arg<'_>],
+    ) -> RedisResult<Value> {
+        let script = self.inner.scripts.get(t);
+        let mut call = redis::cmd("EVALSHA");
+        call.arg(script.get_hash()).arg(1).arg(record);
+        for arg in args {
+            call.arg(arg);
+        }
+        match call.query(conn) {
+            Err(e) if e.code() == Some("NOSCRIPT") => {
+                budget.next_trip(conn)?;
+                script.prepare_invoke().load(conn)?;
+                budget.next_trip(conn)?;
+                call.query(conn)
             }
             other => other,
         }
@@ -299,13 +334,14 @@ impl RedisStore {
     }
 
     /// The inspect transition of every record in `names`, in one round trip (a pipeline), with
-    /// the same recovery as [`RedisStore::run_sync`].
+    /// the same recovery as [`RedisStore::run_sync`], within what `budget` has left.
     pub(super) fn inspect_all(
         &self,
         conn: &mut Connection,
+        budget: &mut Budget,
         names: &[&str],
     ) -> RedisResult<Vec<Value>> {
-        let scripts = |conn: &mut Connection| {
+        let scripts = |conn: &mut Connection, budget: &mut Budget| {
             let script = self.inner.scripts.get(Transition::Inspect);
             let mut pipe = redis::pipe();
             for name in names {
@@ -313,14 +349,16 @@ impl RedisStore {
             }
             match pipe.query::<Vec<Value>>(conn) {
                 Err(e) if has_code(&e, "NOSCRIPT") => {
+                    budget.next_trip(conn)?;
                     script.prepare_invoke().load(conn)?;
+                    budget.next_trip(conn)?;
                     pipe.query(conn)
                 }
                 other => other,
             }
         };
         let Some(library) = &self.inner.library else {
-            return scripts(conn);
+            return scripts(conn, budget);
         };
         let mut pipe = redis::pipe();
         for name in names {
@@ -328,10 +366,17 @@ impl RedisStore {
         }
         let mut replies = pipe.query::<Vec<Value>>(conn);
         if matches!(&replies, Err(e) if miss(e) == Some(Miss::Gone)) {
-            replies = load_result(library.load_cmd().query(conn)).and_then(|()| pipe.query(conn));
+            replies = budget
+                .next_trip(conn)
+                .and_then(|()| load_result(library.load_cmd().query(conn)))
+                .and_then(|()| budget.next_trip(conn))
+                .and_then(|()| pipe.query(conn));
         }
         match replies {
-            Err(e) if miss(&e) == Some(Miss::RefusedUpFront) => scripts(conn),
+            Err(e) if miss(&e) == Some(Miss::RefusedUpFront) => {
+                budget.next_trip(conn)?;
+                scripts(conn, budget)
+            }
             other => other,
         }
     }

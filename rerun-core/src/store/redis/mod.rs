@@ -750,16 +750,23 @@ impl Store for RedisStore {
         // The wait must run on the connection that wrote the claim: WAIT and WAITAOF wait for
         // this client's own writes.
         let until = durability::wait_until(limit);
-        let (reply, waited) = self.sync_call(Some(req.key), "claiming", limit, |conn| {
-            let reply = self.run_sync(conn, Transition::Claim, &record, &args)?;
-            let claimed = reply::is_claimed(&reply);
-            let waited = if claimed {
-                Some(durability.wait(conn, until))
-            } else {
-                None
-            };
-            Ok((reply, waited))
-        })?;
+        let (reply, waited) =
+            self.sync_call(Some(req.key), "claiming", limit, |conn, budget| {
+                let reply = self.run_sync(conn, budget, Transition::Claim, &record, &args)?;
+                let claimed = reply::is_claimed(&reply);
+                let waited = if claimed {
+                    // A wait that cannot start in time is a wait that failed: the claim is given
+                    // back below.
+                    Some(
+                        budget
+                            .next_trip(conn)
+                            .and_then(|()| durability.wait(conn, until)),
+                    )
+                } else {
+                    None
+                };
+                Ok((reply, waited))
+            })?;
         let response = parse_claim(req, &reply)?;
         match RedisStore::durable_answer(response, waited) {
             Durable::Ready(response) => Ok(response),
@@ -887,7 +894,7 @@ impl Store for RedisStore {
                 None,
                 "scanning records",
                 self.inner.response_timeout,
-                |conn| {
+                |conn, _| {
                     redis::cmd("SCAN")
                         .arg(cursor)
                         .arg("MATCH")
@@ -927,9 +934,9 @@ impl Store for RedisStore {
                 None,
                 "scanning records",
                 self.inner.response_timeout,
-                |conn| {
+                |conn, budget| {
                     let names: Vec<&str> = keys.iter().map(|(_, name)| name.as_str()).collect();
-                    self.inspect_all(conn, &names)
+                    self.inspect_all(conn, budget, &names)
                 },
             )?
         };

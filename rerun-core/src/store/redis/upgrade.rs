@@ -12,6 +12,7 @@
 
 use redis::Value;
 
+use super::conn::Budget;
 use super::names::{layout_marker, parse_record_key, scan_pattern_within};
 use super::{RedisStore, SCHEMA_VERSION};
 use crate::store::Store as _;
@@ -97,7 +98,7 @@ impl RedisStore {
                 // The inspect script upgrades what it reads.
                 let names: Vec<&str> = hashes.iter().map(String::as_str).collect();
                 let _: Vec<Value> = self
-                    .inspect_all(conn, &names)
+                    .inspect_all(conn, &mut Budget::per_trip(), &names)
                     .map_err(|e| failed("upgrading records", e))?;
                 upgraded += hashes.len() as u64;
             }
