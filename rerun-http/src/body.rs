@@ -83,9 +83,9 @@ where
 }
 
 pin_project! {
-    /// The response body the layer returns: recorded bytes (fresh or replayed) or a problem,
-    /// the inner service's body passed through (5xx, event streams), or the inner body resumed
-    /// after the frames already read from it (a response over `max_body`).
+    /// The response body the layer returns: recorded bytes and trailers (fresh or replayed) or
+    /// a problem, the inner service's body passed through (5xx, event streams), or the inner
+    /// body resumed after the frames already read from it (a response over `max_body`).
     pub struct ResponseBody<B> {
         #[pin]
         inner: ResponseInner<B>,
@@ -95,8 +95,8 @@ pin_project! {
 pin_project! {
     #[project = ResponseBodyProj]
     enum ResponseInner<B> {
-        // Bytes held whole.
-        Buffered { data: Option<Bytes> },
+        // Bytes held whole, then the trailers, if any.
+        Buffered { data: Option<Bytes>, trailers: Option<HeaderMap> },
         // The inner body, untouched.
         Streaming { #[pin] body: B },
         // Frames read ahead, then the rest of the inner body.
@@ -106,9 +106,14 @@ pin_project! {
 
 impl<B> ResponseBody<B> {
     pub(crate) fn buffered(data: Bytes) -> Self {
+        ResponseBody::whole(data, None)
+    }
+    /// Bytes, then a trailers frame when there are trailers.
+    pub(crate) fn whole(data: Bytes, trailers: Option<HeaderMap>) -> Self {
         ResponseBody {
             inner: ResponseInner::Buffered {
                 data: (!data.is_empty()).then_some(data),
+                trailers,
             },
         }
     }
@@ -143,9 +148,12 @@ where
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         match self.project().inner.project() {
-            ResponseBodyProj::Buffered { data } => {
-                Poll::Ready(data.take().map(|d| Ok(Frame::data(d))))
-            }
+            ResponseBodyProj::Buffered { data, trailers } => Poll::Ready(
+                data.take()
+                    .map(Frame::data)
+                    .or_else(|| trailers.take().map(Frame::trailers))
+                    .map(Ok),
+            ),
             ResponseBodyProj::Streaming { body } => body.poll_frame(cx).map_err(Into::into),
             ResponseBodyProj::Resumed { read, rest } => match read.pop_front() {
                 Some(frame) => Poll::Ready(Some(Ok(frame))),
@@ -156,7 +164,7 @@ where
 
     fn is_end_stream(&self) -> bool {
         match &self.inner {
-            ResponseInner::Buffered { data } => data.is_none(),
+            ResponseInner::Buffered { data, trailers } => data.is_none() && trailers.is_none(),
             ResponseInner::Streaming { body } => body.is_end_stream(),
             ResponseInner::Resumed { read, rest } => read.is_empty() && rest.is_end_stream(),
         }
@@ -164,7 +172,7 @@ where
 
     fn size_hint(&self) -> SizeHint {
         match &self.inner {
-            ResponseInner::Buffered { data } => exact(data),
+            ResponseInner::Buffered { data, .. } => exact(data),
             ResponseInner::Streaming { body } => body.size_hint(),
             ResponseInner::Resumed { read, rest } => {
                 let ahead: u64 = read
@@ -242,15 +250,17 @@ where
 
 /// What reading a response body whole gave.
 pub(crate) enum Captured<B> {
-    /// The whole body, within the limit.
-    Whole(Bytes),
-    /// Too large, or with trailers: what was read, and the rest, to pass on unrecorded.
+    /// The whole body and its trailers (as gRPC sends its status), within the limit.
+    Whole(Bytes, Option<HeaderMap>),
+    /// Too large, or frames after the trailers: what was read, and the rest, to pass on
+    /// unrecorded.
     Partial(ResponseBody<B>),
     /// The body failed.
     Failed(BoxError),
 }
 
-/// Reads a response body whole if it fits in `max` bytes and has no trailers.
+/// Reads a response body whole, with its trailers, if it fits in `max` bytes (the trailers'
+/// names and values counted too).
 pub(crate) async fn read_response<B>(body: B, max: usize) -> Captured<B>
 where
     B: Body<Data = Bytes>,
@@ -259,26 +269,40 @@ where
     let mut body = Box::pin(body);
     let mut read: VecDeque<Frame<Bytes>> = VecDeque::new();
     let mut len = 0usize;
+    let mut ended = false;
     while let Some(frame) = body.frame().await {
         let frame = match frame {
             Ok(frame) => frame,
             Err(e) => return Captured::Failed(e.into()),
         };
-        let over = match frame.data_ref() {
-            Some(data) => {
-                len = len.saturating_add(data.len());
-                len > max
-            }
-            None => true,
-        };
+        // Nothing may follow the trailers, and a frame of another kind is not recorded.
+        let over = ended
+            || match (frame.data_ref(), frame.trailers_ref()) {
+                (Some(data), _) => {
+                    len = len.saturating_add(data.len());
+                    len > max
+                }
+                (None, Some(trailers)) => {
+                    ended = true;
+                    len = trailers.iter().fold(len, |len, (name, value)| {
+                        len.saturating_add(name.as_str().len() + value.len())
+                    });
+                    len > max
+                }
+                (None, None) => true,
+            };
         read.push_back(frame);
         if over {
             return Captured::Partial(ResponseBody::resumed(read, body));
         }
     }
+    let trailers = match read.back().is_some_and(Frame::is_trailers) {
+        true => read.pop_back().and_then(|t| t.into_trailers().ok()),
+        false => None,
+    };
     if read.len() == 1 {
         if let Some(Ok(data)) = read.pop_front().map(Frame::into_data) {
-            return Captured::Whole(data);
+            return Captured::Whole(data, trailers);
         }
     }
     let mut buf = BytesMut::with_capacity(len);
@@ -287,5 +311,5 @@ where
             buf.extend_from_slice(&data);
         }
     }
-    Captured::Whole(buf.freeze())
+    Captured::Whole(buf.freeze(), trailers)
 }

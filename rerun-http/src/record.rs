@@ -1,4 +1,4 @@
-//! The recorded response: status, headers and body, as rerun's codec stores them.
+//! The recorded response: status, headers, body and trailers, as rerun's codec stores them.
 
 use bytes::Bytes;
 use http::header::{HeaderName, HeaderValue};
@@ -38,26 +38,25 @@ pub(crate) struct Recorded {
     /// Names and raw values, in the order the handler set them.
     headers: Vec<(String, Raw)>,
     body: Raw,
+    /// The trailers (gRPC's status travels in them), as the headers are kept; `None` for a
+    /// response that sent none. Left out of records without them, which therefore read and
+    /// write as those of earlier builds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    trailers: Option<Vec<(String, Raw)>>,
 }
 
 impl Recorded {
-    /// Takes the response's parts and its whole body.
-    pub(crate) fn new(parts: &http::response::Parts, body: Bytes) -> Recorded {
-        let headers = parts
-            .headers
-            .iter()
-            .filter(|(name, _)| !HOP_BY_HOP.contains(&name.as_str()))
-            .map(|(name, value)| {
-                (
-                    name.as_str().to_owned(),
-                    Raw(Bytes::copy_from_slice(value.as_bytes())),
-                )
-            })
-            .collect();
+    /// Takes the response's parts, its whole body and its trailers.
+    pub(crate) fn new(
+        parts: &http::response::Parts,
+        body: Bytes,
+        trailers: Option<&HeaderMap>,
+    ) -> Recorded {
         Recorded {
             status: parts.status.as_u16(),
-            headers,
+            headers: kept(&parts.headers),
             body: Raw(body),
+            trailers: trailers.map(kept),
         }
     }
 
@@ -74,27 +73,53 @@ impl Recorded {
                 "the recorded response has more header names than a response can hold".to_owned(),
             )
         };
-        let presized = self.headers.len().saturating_add(1).min(PRESIZED_HEADERS);
-        let mut headers = HeaderMap::try_with_capacity(presized).unwrap_or_default();
-        for (name, value) in self.headers {
-            if let (Ok(name), Ok(value)) = (
-                HeaderName::from_bytes(name.as_bytes()),
-                HeaderValue::from_maybe_shared(value.0),
-            ) {
-                headers.try_append(name, value).map_err(too_many)?;
-            }
-        }
-        if replayed {
-            headers
-                .try_insert(IDEMPOTENT_REPLAYED, HeaderValue::from_static("true"))
-                .map_err(too_many)?;
-        }
-        let mut response = Response::new(ResponseBody::buffered(self.body.0));
+        let headers = header_map(self.headers, replayed).map_err(too_many)?;
+        let trailers = match self.trailers {
+            Some(recorded) => Some(header_map(recorded, false).map_err(too_many)?),
+            None => None,
+        };
+        let mut response = Response::new(ResponseBody::whole(self.body.0, trailers));
         *response.status_mut() =
             StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         *response.headers_mut() = headers;
         Ok(response)
     }
+}
+
+/// The names and raw values of `headers` a replay gives again: all but hop-by-hop ones.
+fn kept(headers: &HeaderMap) -> Vec<(String, Raw)> {
+    headers
+        .iter()
+        .filter(|(name, _)| !HOP_BY_HOP.contains(&name.as_str()))
+        .map(|(name, value)| {
+            (
+                name.as_str().to_owned(),
+                Raw(Bytes::copy_from_slice(value.as_bytes())),
+            )
+        })
+        .collect()
+}
+
+/// A header map of recorded names and values (one that does not parse, written by hand, is
+/// skipped); `replayed` adds `Idempotent-Replayed: true`.
+fn header_map(
+    recorded: Vec<(String, Raw)>,
+    replayed: bool,
+) -> Result<HeaderMap, http::header::MaxSizeReached> {
+    let presized = recorded.len().saturating_add(1).min(PRESIZED_HEADERS);
+    let mut headers = HeaderMap::try_with_capacity(presized).unwrap_or_default();
+    for (name, value) in recorded {
+        if let (Ok(name), Ok(value)) = (
+            HeaderName::from_bytes(name.as_bytes()),
+            HeaderValue::from_maybe_shared(value.0),
+        ) {
+            headers.try_append(name, value)?;
+        }
+    }
+    if replayed {
+        headers.try_insert(IDEMPOTENT_REPLAYED, HeaderValue::from_static("true"))?;
+    }
+    Ok(headers)
 }
 
 /// Bytes stored as bytes (`serialize_bytes`), not as a sequence of numbers.
@@ -151,7 +176,7 @@ mod tests {
             .body(())
             .unwrap_or_default();
         let (parts, ()) = response.into_parts();
-        let recorded = Recorded::new(&parts, Bytes::from_static(b"\x00body\xff"));
+        let recorded = Recorded::new(&parts, Bytes::from_static(b"\x00body\xff"), None);
         let bytes = rerun_core::codec::encode_checked(&recorded).unwrap_or_default();
         let back: Recorded = rerun_core::codec::decode(&bytes).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(back, recorded);
@@ -166,11 +191,44 @@ mod tests {
         assert_eq!(replayed.headers()[IDEMPOTENT_REPLAYED], "true");
     }
 
+    /// The record of earlier builds, which had no trailers.
+    #[derive(Serialize, Deserialize)]
+    #[serde(rename = "Recorded")]
+    struct Earlier {
+        status: u16,
+        headers: Vec<(String, Raw)>,
+        body: Raw,
+    }
+
+    #[test]
+    fn records_without_trailers_read_and_write_as_those_of_earlier_builds() {
+        let earlier = Earlier {
+            status: 201,
+            headers: vec![("x-one".to_owned(), Raw(Bytes::from_static(b"a")))],
+            body: Raw(Bytes::from_static(b"body")),
+        };
+        let bytes = rerun_core::codec::encode_checked(&earlier).unwrap_or_default();
+        let read: Recorded = rerun_core::codec::decode(&bytes).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(read.trailers, None);
+        assert_eq!(read.status, 201);
+        let again = rerun_core::codec::encode_checked(&read).unwrap_or_default();
+        assert_eq!(again, bytes, "the same bytes as an earlier build wrote");
+        // With trailers, they come back.
+        let mut trailers = HeaderMap::new();
+        trailers.insert("grpc-status", HeaderValue::from_static("0"));
+        let (parts, ()) = Response::new(()).into_parts();
+        let with = Recorded::new(&parts, Bytes::from_static(b"x"), Some(&trailers));
+        let bytes = rerun_core::codec::encode_checked(&with).unwrap_or_default();
+        let back: Recorded = rerun_core::codec::decode(&bytes).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(back, with);
+    }
+
     fn recorded(headers: Vec<(String, Raw)>) -> Recorded {
         Recorded {
             status: 200,
             headers,
             body: Raw(Bytes::new()),
+            trailers: None,
         }
     }
 

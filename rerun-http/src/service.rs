@@ -351,26 +351,33 @@ fn problem_of<B>(e: &Error) -> Response<ResponseBody<B>> {
     e.problem().into_response()
 }
 
-/// The handler's response, read whole to be recorded; or returned unrecorded when it is a 5xx,
-/// an event stream, larger than `max_body` or has trailers.
+/// The handler's response, read whole (with its trailers) to be recorded; or returned
+/// unrecorded when it is a 5xx or a gRPC failure of the same kind, an event stream, or larger
+/// than `max_body`.
 async fn capture<E, B>(response: Response<B>, max_body: usize) -> Result<Recorded, Failure<E, B>>
 where
     B: Body<Data = Bytes> + Send + 'static,
     B::Error: Into<BoxError>,
 {
     let (parts, body) = response.into_parts();
-    if parts.status.is_server_error() || is_event_stream(&parts) {
+    if parts.status.is_server_error() || is_event_stream(&parts) || grpc_failed(&parts.headers) {
         return Err(Failure::Pass(Response::from_parts(
             parts,
             ResponseBody::streaming(body),
         )));
     }
     match read_response(body, max_body).await {
-        Captured::Whole(bytes) => Ok(Recorded::new(&parts, bytes)),
+        Captured::Whole(bytes, trailers) => match trailers.as_ref().is_some_and(grpc_failed) {
+            true => Err(Failure::Pass(Response::from_parts(
+                parts,
+                ResponseBody::whole(bytes, trailers),
+            ))),
+            false => Ok(Recorded::new(&parts, bytes, trailers.as_ref())),
+        },
         Captured::Partial(body) => {
             tracing::info!(
                 max_body,
-                "rerun-http: a response larger than max_body (or with trailers) was returned unrecorded"
+                "rerun-http: a response larger than max_body was returned unrecorded"
             );
             Err(Failure::Pass(Response::from_parts(parts, body)))
         }
@@ -401,6 +408,19 @@ async fn unless_left<F: Future, T>(
     .await;
     drop(call);
     out
+}
+
+/// Whether `headers` (a response's, or its trailers) carry a gRPC status that the standard
+/// mapping of gRPC codes to HTTP answers with a 5xx: UNKNOWN, DEADLINE_EXCEEDED, UNIMPLEMENTED,
+/// INTERNAL, UNAVAILABLE, DATA_LOSS. Such an answer says "try again", as a 5xx does, so it is not
+/// recorded; every other status (OK and the 4xx-like ones) is an answer a retry would get
+/// again.
+fn grpc_failed(headers: &http::HeaderMap) -> bool {
+    headers
+        .get("grpc-status")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u32>().ok())
+        .is_some_and(|code| matches!(code, 2 | 4 | 12 | 13 | 14 | 15))
 }
 
 /// Whether a response is a stream of server-sent events, which is never recorded.

@@ -193,3 +193,97 @@ async fn a_store_failing_after_the_handler_answered_says_it_was_processed() {
         assert_eq!(retry_after.is_some(), !once);
     }
 }
+
+/// A gRPC-style response: a body and trailers carrying `grpc-status`.
+fn grpc_response(
+    status: &'static str,
+) -> Response<impl http_body::Body<Data = Bytes, Error = std::convert::Infallible> + Send> {
+    let mut trailers = http::HeaderMap::new();
+    trailers.insert("grpc-status", HeaderValue::from_static(status));
+    Response::builder()
+        .header("content-type", "application/grpc")
+        .body(
+            Full::new(Bytes::from_static(b"\x00\x00\x00\x00\x02hi"))
+                .with_trailers(async move { Some(Ok(trailers)) }),
+        )
+        .unwrap_or_else(|e| panic!("a response: {e}"))
+}
+
+/// The body and trailers of a response, read whole.
+async fn body_and_trailers<B>(response: Response<B>) -> (Bytes, Option<http::HeaderMap>)
+where
+    B: http_body::Body<Data = Bytes>,
+    B::Error: std::fmt::Debug,
+{
+    let collected = response
+        .into_body()
+        .collect()
+        .await
+        .unwrap_or_else(|e| panic!("reading: {e:?}"));
+    let trailers = collected.trailers().cloned();
+    (collected.to_bytes(), trailers)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trailers_are_recorded_and_replayed_and_a_grpc_failure_is_not_recorded() {
+    for (status, recorded) in [("0", true), ("5", true), ("14", false), ("13", false)] {
+        let runs = Arc::new(AtomicUsize::new(0));
+        let counted = runs.clone();
+        let service = IdempotencyLayer::new(rerun_core::MemoryStore::new()).layer(
+            tower::service_fn(move |_req: Request<RequestBody<Full<Bytes>>>| {
+                let runs = counted.clone();
+                async move {
+                    runs.fetch_add(1, Ordering::SeqCst);
+                    Ok::<_, std::io::Error>(grpc_response(status))
+                }
+            }),
+        );
+        for attempt in 0..2 {
+            let response = service
+                .clone()
+                .oneshot(request("grpc"))
+                .await
+                .unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(response.status(), StatusCode::OK);
+            let replayed = response.headers().get(IDEMPOTENT_REPLAYED).is_some();
+            assert_eq!(replayed, recorded && attempt == 1, "grpc-status {status}");
+            let (body, trailers) = body_and_trailers(response).await;
+            assert_eq!(&body[..], b"\x00\x00\x00\x00\x02hi");
+            let trailers = trailers.unwrap_or_else(|| panic!("grpc-status {status}: trailers"));
+            assert_eq!(trailers["grpc-status"], status);
+        }
+        let runs = runs.load(Ordering::SeqCst);
+        assert_eq!(runs, if recorded { 1 } else { 2 }, "grpc-status {status}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grpc_failure_in_the_headers_is_not_recorded() {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let counted = runs.clone();
+    let service = IdempotencyLayer::new(rerun_core::MemoryStore::new()).layer(tower::service_fn(
+        move |_req: Request<RequestBody<Full<Bytes>>>| {
+            let runs = counted.clone();
+            async move {
+                runs.fetch_add(1, Ordering::SeqCst);
+                // A "trailers-only" answer: the status in the headers, no body.
+                let response = Response::builder()
+                    .header("content-type", "application/grpc")
+                    .header("grpc-status", "14")
+                    .body(Full::new(Bytes::new()))
+                    .unwrap_or_else(|e| panic!("a response: {e}"));
+                Ok::<_, std::io::Error>(response)
+            }
+        },
+    ));
+    for _ in 0..2 {
+        let response = service
+            .clone()
+            .oneshot(request("unavailable"))
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(response.headers().get(IDEMPOTENT_REPLAYED).is_none());
+        assert_eq!(response.headers()["grpc-status"], "14");
+    }
+    assert_eq!(runs.load(Ordering::SeqCst), 2, "a retry runs again");
+}
