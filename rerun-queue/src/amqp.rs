@@ -4,22 +4,24 @@
 //! | rerun says | the consumer does |
 //! |---|---|
 //! | recorded (ran or replayed) | `basic.ack` |
-//! | `InProgress`, a retryable error, a panic in the handler | holds the delivery for the policy's delay (the handler slot is freed), then `basic.nack` with requeue: a redelivery after a pause, never a hot loop |
+//! | `InProgress`, a retryable error, a panic in the handler | holds the delivery for the policy's delay (the handler slot is freed), then requeues it: a redelivery after a pause, never a hot loop (a failure with `basic.reject`, `InProgress` with `basic.nack`) |
 //! | mismatch, corrupt, non-retryable, undecodable, unknown outcome | `basic.reject` without requeue: the queue's dead-letter exchange (`x-dead-letter-exchange`) receives it |
 //!
 //! The message id is the `message_id` property; the attempt is `x-delivery-count` + 1 on
-//! quorum queues, and 1 or 2 (redelivered) on classic queues. [`declare_queue`] declares a
-//! queue with its dead-letter exchange and queue.
+//! quorum queues, and 1 or 2 (redelivered) on classic queues, where a `max_deliveries` above 2
+//! therefore never dead-letters a message that keeps failing: use a quorum queue.
+//! [`declare_queue`] declares a queue with its dead-letter exchange and queue.
 //!
 //! RabbitMQ has no redelivery timer to extend: an unacked delivery stays with its consumer
 //! until the channel closes (or the broker's `consumer_timeout`, 30 min by default, runs out).
 //! So a delivery is held for a delay of at most [`MAX_HOLD`] (15 min), then requeued.
 //!
-//! On RabbitMQ 4.0 and later a quorum queue has a delivery limit of 20 by default, and every
-//! requeue counts: a message whose key another consumer holds for long (a holder on another
-//! host that died, until its lease ends) is requeued about once a second and would be
+//! On RabbitMQ 4.0 and later a quorum queue has a delivery limit of 20 by default. On 4.0 to
+//! 4.2 every requeue counts: a message whose key another consumer holds for long (a holder on
+//! another host that died, until its lease ends) is requeued about once a second and would be
 //! dead-lettered by the broker itself, without rerun's `warn`. Give such queues a
-//! `delivery-limit` policy well above the requeues a lease can cause (or `-1`, none).
+//! `delivery-limit` policy well above the requeues a lease can cause (or `-1`, none). From 4.3
+//! only `basic.reject` counts, which the consumer sends for failures alone.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -301,16 +303,29 @@ impl AmqpDelivery {
         AmqpDelivery { inner, message }
     }
 
-    async fn requeue(&self) -> Result<(), String> {
-        self.inner
-            .acker
-            .nack(BasicNackOptions {
-                requeue: true,
-                ..BasicNackOptions::default()
-            })
-            .await
-            .map(|_| ())
-            .map_err(|e| e.to_string())
+    /// Requeues the delivery: a failure with `basic.reject`, which RabbitMQ 4.3 and later
+    /// count toward a quorum queue's delivery limit (and `x-delivery-count`); any other return
+    /// with `basic.nack`, which they do not count. Earlier versions count both on quorum
+    /// queues.
+    async fn requeue(&self, failed: bool) -> Result<(), String> {
+        let done = match failed {
+            true => {
+                self.inner
+                    .acker
+                    .reject(BasicRejectOptions { requeue: true })
+                    .await
+            }
+            false => {
+                self.inner
+                    .acker
+                    .nack(BasicNackOptions {
+                        requeue: true,
+                        ..BasicNackOptions::default()
+                    })
+                    .await
+            }
+        };
+        done.map(|_| ()).map_err(|e| e.to_string())
     }
 }
 
@@ -326,11 +341,11 @@ impl Delivery for AmqpDelivery {
             .map(|_| ())
             .map_err(|e| e.to_string())
     }
-    async fn redeliver(&self, after: Duration) -> Result<(), String> {
+    async fn redeliver(&self, after: Duration, failed: bool) -> Result<(), String> {
         // AMQP has no delayed requeue: hold the delivery (it is not redelivered to anyone
         // while held), then requeue it; never past the broker's `consumer_timeout`.
         tokio::time::sleep(after.min(MAX_HOLD)).await;
-        self.requeue().await
+        self.requeue(failed).await
     }
     async fn dead_letter(&self, _reason: &str) -> Result<(), String> {
         self.inner
@@ -341,7 +356,7 @@ impl Delivery for AmqpDelivery {
             .map_err(|e| e.to_string())
     }
     async fn release(&self) -> Result<(), String> {
-        self.requeue().await
+        self.requeue(false).await
     }
     fn progress_every(&self) -> Option<Duration> {
         None

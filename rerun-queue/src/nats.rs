@@ -330,7 +330,7 @@ impl Delivery for JsDelivery {
     async fn ack(&self) -> Result<(), String> {
         self.send(AckKind::Ack).await
     }
-    async fn redeliver(&self, after: Duration) -> Result<(), String> {
+    async fn redeliver(&self, after: Duration, _failed: bool) -> Result<(), String> {
         self.send(AckKind::Nak(Some(after.min(MAX_NAK_DELAY))))
             .await
     }

@@ -26,8 +26,15 @@ pub(crate) trait Delivery: Send + Sync + 'static {
     /// Acknowledges the delivery.
     fn ack(&self) -> impl Future<Output = Result<(), String>> + Send;
     /// Hands the message back, to come again after `after` (returns once it is handed back,
-    /// which for a broker without delayed redelivery is after the delay).
-    fn redeliver(&self, after: Duration) -> impl Future<Output = Result<(), String>> + Send;
+    /// which for a broker without delayed redelivery is after the delay). `failed`: its handler
+    /// failed, which a broker that tells failures from other returns (RabbitMQ 4.3's quorum
+    /// queues) counts toward its delivery limit; a message whose key is in progress elsewhere
+    /// did not fail.
+    fn redeliver(
+        &self,
+        after: Duration,
+        failed: bool,
+    ) -> impl Future<Output = Result<(), String>> + Send;
     /// Terminates or dead-letters the message.
     fn dead_letter(&self, reason: &str) -> impl Future<Output = Result<(), String>> + Send;
     /// Hands the message back at once (shutdown).
@@ -227,11 +234,12 @@ fn count(report: &Mutex<Report>, f: impl FnOnce(&mut Report)) {
 async fn redeliver<D: Delivery>(
     delivery: &D,
     after: Duration,
+    failed: bool,
     report: &Mutex<Report>,
     phase: &mut watch::Receiver<Phase>,
 ) -> Result<(), String> {
     let r = tokio::select! {
-        r = delivery.redeliver(after) => r,
+        r = delivery.redeliver(after, failed) => r,
         // A delayed requeue is not held up by a shutdown.
         _ = aborted(phase) => delivery.release().await,
     };
@@ -268,10 +276,14 @@ async fn settle<D: Delivery>(
             r
         }
         Action::Redeliver(after) => {
-            if let Handled::Failed(f) = handled {
-                tracing::debug!(message = %message.describe(), reason = %escaped(&f.to_string()), ?after, "rerun-queue: redelivering later");
-            }
-            redeliver(delivery, after, report, &mut phase).await
+            let failed = match handled {
+                Handled::Failed(f) => {
+                    tracing::debug!(message = %message.describe(), reason = %escaped(&f.to_string()), ?after, "rerun-queue: redelivering later");
+                    !matches!(f.kind, FailureKind::InProgress { .. })
+                }
+                Handled::Done { .. } => false,
+            };
+            redeliver(delivery, after, failed, report, &mut phase).await
         }
         Action::DeadLetter => {
             let reason = match handled {
@@ -303,7 +315,7 @@ async fn settle<D: Delivery>(
                         after = ?retry_after,
                         "rerun-queue: could not dead-letter the message; it is redelivered later to be dead-lettered again"
                     );
-                    redeliver(delivery, retry_after, report, &mut phase).await
+                    redeliver(delivery, retry_after, true, report, &mut phase).await
                 }
             }
         }
