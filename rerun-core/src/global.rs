@@ -100,27 +100,24 @@ fn default_store() -> Result<Arc<dyn DynStore>, Error> {
 ///     "host=h password=*** dbname=d"
 /// );
 /// ```
+///
+/// A password may hold `/`, `?` or `#` unencoded (drivers read credentials up to the `@`), and
+/// is hidden all the same:
+///
+/// ```
+/// assert_eq!(rerun_core::redact("postgres://u:Ab3/x+9=@db/app"), "postgres://u:***@db/app");
+/// ```
 pub fn redact(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
         return redact_key_values(url);
     };
-    let (authority, tail) = match rest.find(['/', '?', '#']) {
-        Some(i) => rest.split_at(i),
-        None => (rest, ""),
+    let parts = url_parts(rest);
+    let authority = match (parts.user, parts.password) {
+        (Some(user), Some(_)) => format!("{user}:***@{}", parts.host),
+        (Some(user), None) => format!("{user}@{}", parts.host),
+        (None, _) => parts.host.to_owned(),
     };
-    let authority = match authority.rsplit_once('@') {
-        Some((userinfo, host)) => {
-            let user = userinfo.split(':').next().unwrap_or("");
-            let masked = if userinfo.contains(':') {
-                format!("{user}:***")
-            } else {
-                user.to_owned()
-            };
-            format!("{masked}@{host}")
-        }
-        None => authority.to_owned(),
-    };
-    let tail = match tail.split_once('?') {
+    let tail = match parts.tail.split_once('?') {
         Some((path, query)) => {
             let query: Vec<String> = query
                 .split('&')
@@ -131,9 +128,108 @@ pub fn redact(url: &str) -> String {
                 .collect();
             format!("{path}?{}", query.join("&"))
         }
-        None => tail.to_owned(),
+        None => parts.tail.to_owned(),
     };
     format!("{scheme}://{authority}{tail}")
+}
+
+/// The secrets [`redact`] hides in a store URL (its password, the values of secret query
+/// parameters), for scrubbing a driver's message that repeats them.
+///
+/// ```
+/// assert_eq!(
+///     rerun_core::url_secrets("postgres://u:pa/ss@h/db?sslpassword=k3y"),
+///     ["pa/ss", "k3y"]
+/// );
+/// assert!(rerun_core::url_secrets("redis://h:6379/0").is_empty());
+/// ```
+pub fn url_secrets(url: &str) -> Vec<String> {
+    let Some((_, rest)) = url.split_once("://") else {
+        return Vec::new();
+    };
+    let parts = url_parts(rest);
+    // The password as `redact` reads it, and as a URL parser would (shorter, when a path or
+    // query after it holds an `@`): a driver's message may repeat either.
+    let mut secrets: Vec<String> = [parts.password, standard_parts(rest).password]
+        .into_iter()
+        .flatten()
+        .filter(|p| !p.is_empty())
+        .map(str::to_owned)
+        .collect();
+    secrets.dedup();
+    if let Some((_, query)) = parts.tail.split_once('?') {
+        secrets.extend(
+            query
+                .split('&')
+                .filter_map(|pair| pair.split_once('='))
+                .filter(|(name, value)| is_secret(name) && !value.is_empty())
+                .map(|(_, value)| value.to_owned()),
+        );
+    }
+    secrets
+}
+
+/// What follows `scheme://` in a URL, split as drivers read it.
+struct UrlParts<'a> {
+    user: Option<&'a str>,
+    password: Option<&'a str>,
+    host: &'a str,
+    /// The path, query and fragment.
+    tail: &'a str,
+}
+
+/// Splits `rest` (a URL after `scheme://`), hiding more rather than less. A password may hold
+/// `/`, `?`, `#` or `@` unencoded (drivers read credentials up to an `@`): when the text before
+/// the last `@` has a `:`, all of it is the userinfo, and the host runs from there to the next
+/// `/`, `?` or `#` (an `@` in a path or query after a password makes the password look longer,
+/// never shorter). Otherwise (a user alone, or an `@` in the query of a URL without one) the
+/// URL is read the usual way, authority first.
+fn url_parts(rest: &str) -> UrlParts<'_> {
+    if let Some(at) = rest.rfind('@') {
+        if let Some((user, password)) = rest[..at].split_once(':') {
+            let after = &rest[at + 1..];
+            let (host, tail) = match after.find(['/', '?', '#']) {
+                Some(i) => after.split_at(i),
+                None => (after, ""),
+            };
+            return UrlParts {
+                user: Some(user),
+                password: Some(password),
+                host,
+                tail,
+            };
+        }
+    }
+    standard_parts(rest)
+}
+
+/// Splits `rest` as a URL parser does: the authority ends at the first `/`, `?` or `#`, the
+/// userinfo at the authority's last `@`.
+fn standard_parts(rest: &str) -> UrlParts<'_> {
+    let (authority, tail) = match rest.find(['/', '?', '#']) {
+        Some(i) => rest.split_at(i),
+        None => (rest, ""),
+    };
+    match authority.rsplit_once('@') {
+        Some((userinfo, host)) => {
+            let (user, password) = match userinfo.split_once(':') {
+                Some((user, password)) => (user, Some(password)),
+                None => (userinfo, None),
+            };
+            UrlParts {
+                user: Some(user),
+                password,
+                host,
+                tail,
+            }
+        }
+        None => UrlParts {
+            user: None,
+            password: None,
+            host: authority,
+            tail,
+        },
+    }
 }
 
 /// Names of connection parameters that hold secrets.
@@ -271,6 +367,51 @@ mod tests {
         assert_eq!(redact("redis://h:6379"), "redis://h:6379");
         assert_eq!(redact("sqlite:/tmp/x"), "sqlite:/tmp/x");
         assert_eq!(redact("memory:"), "memory:");
+    }
+
+    #[test]
+    fn passwords_with_url_delimiters_are_hidden_whole() {
+        let cases = [
+            (
+                "postgres://u:p@ss/word@h/db",
+                "postgres://u:***@h/db",
+                "p@ss/word",
+            ),
+            (
+                "postgres://u:Ab3/x+9=@db/app",
+                "postgres://u:***@db/app",
+                "Ab3/x+9=",
+            ),
+            ("redis://:ab#cd@h", "redis://:***@h", "ab#cd"),
+            ("redis://:a?b@h:6379/0", "redis://:***@h:6379/0", "a?b"),
+            // An `@` after the password hides more, never less.
+            ("redis://u:p@h/0?x=y@z", "redis://u:***@z", "p@h/0?x=y"),
+        ];
+        for (url, shown, password) in cases {
+            assert_eq!(redact(url), shown, "{url}");
+            assert_eq!(url_secrets(url).first().map(String::as_str), Some(password));
+        }
+        // An `@` in the query of a URL with no password is not a userinfo's end.
+        assert_eq!(
+            redact("redis://h/0?password=se@cret"),
+            "redis://h/0?password=***"
+        );
+        assert_eq!(url_secrets("redis://h/0?password=se@cret"), ["se@cret"]);
+        assert_eq!(redact("redis://user@h/0"), "redis://user@h/0");
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn no_password_is_ever_shown(
+            password in "[a-zA-Z0-9/?#@:%+=._-]{1,24}",
+            tail in "(/[a-z0-9]{0,8})?(\\?[a-z]{1,5}=[a-z0-9]{0,5})?",
+        ) {
+            let url = format!("postgres://app:{password}@db.internal:5432{tail}");
+            let shown = redact(&url);
+            proptest::prop_assert!(!shown.contains(&format!(":{password}@")), "{url} -> {shown}");
+            proptest::prop_assert!(shown.starts_with("postgres://app:***@"), "{url} -> {shown}");
+            proptest::prop_assert!(url_secrets(&url).contains(&password), "{url}");
+        }
     }
 
     #[test]

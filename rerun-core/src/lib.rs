@@ -66,7 +66,7 @@ pub mod testing;
 
 pub use error::{AfterBody, CorruptKind, Error};
 pub use fingerprint::Fingerprint;
-pub use global::{global, init, init_from_env, open_url, redact, DEFAULT_SQLITE_PATH};
+pub use global::{global, init, init_from_env, open_url, redact, url_secrets, DEFAULT_SQLITE_PATH};
 pub use handler::{AsyncHandle, Handle, Idempotent};
 pub use holder::Holder;
 pub use key::{IntoKey, Key};

@@ -147,43 +147,10 @@ fn check_sqlite_exists(url: &str, source: Source) -> Result<(), Failure> {
     })
 }
 
-/// The secrets of a URL: its password and the values of secret query parameters, so that
-/// messages of drivers that repeat them can be scrubbed.
+/// The secrets of a URL that `rerun_core::redact` hides, so that messages of drivers that
+/// repeat them can be scrubbed.
 fn secrets_of(url: &str) -> Vec<String> {
-    let mut secrets = Vec::new();
-    let Some((_, rest)) = url.split_once("://") else {
-        return secrets;
-    };
-    let (authority, tail) = match rest.find(['/', '?', '#']) {
-        Some(i) => rest.split_at(i),
-        None => (rest, ""),
-    };
-    if let Some((userinfo, _)) = authority.rsplit_once('@') {
-        if let Some((_, password)) = userinfo.split_once(':') {
-            secrets.push(password.to_owned());
-        }
-    }
-    if let Some((_, query)) = tail.split_once('?') {
-        for pair in query.split('&') {
-            if let Some((name, value)) = pair.split_once('=') {
-                let name = name.to_ascii_lowercase();
-                if [
-                    "password",
-                    "pass",
-                    "pwd",
-                    "secret",
-                    "token",
-                    "sslpassword",
-                    "auth",
-                ]
-                .iter()
-                .any(|s| name == *s || name.ends_with(&format!("_{s}")))
-                {
-                    secrets.push(value.to_owned());
-                }
-            }
-        }
-    }
+    let mut secrets = rerun_core::url_secrets(url);
     // A secret of a character or two would scrub every occurrence of that text in a message.
     secrets.retain(|s| s.len() >= 3);
     secrets
@@ -202,6 +169,8 @@ mod tests {
         );
         assert!(secrets_of("sqlite:/tmp/x").is_empty());
         assert!(secrets_of("redis://h:6379").is_empty());
+        // A password may hold `/`, as drivers read credentials up to the `@`.
+        assert_eq!(secrets_of("postgres://u:pa/ss@h/db"), vec!["pa/ss"]);
     }
 
     #[test]
