@@ -326,6 +326,20 @@ fn keys_and_results_too_large_are_typed_and_write_nothing() {
             .status,
         Status::Released
     );
+    // A `once` call's body ran: its claim is marked unknown at once, never left in progress
+    // for its lease to end.
+    let out = Call::new("big", "once")
+        .once()
+        .run(&store, || Ok::<_, Error>("z".repeat(2000)));
+    assert!(matches!(out, Err(Error::Codec { .. })), "{out:?}");
+    assert_eq!(
+        store
+            .inspect(&Key::new("big", "once"))
+            .unwrap()
+            .unwrap()
+            .status,
+        Status::Unknown
+    );
 }
 
 #[test]

@@ -19,7 +19,7 @@ use crate::holder::{Holder, Liveness};
 use crate::key::Key;
 use crate::record::{Claim, ClaimRequest, ClaimResponse, Fence};
 use crate::runtime::in_span::InSpan;
-use crate::runtime::keeper::{keeper, sleep, Job, LeaseState};
+use crate::runtime::keeper::{keeper, sleep, Job, Keeper, LeaseState};
 use crate::runtime::telemetry::{self, Report, Verdict};
 use crate::runtime::{Options, Outcome, Reconciled};
 use crate::store::{AsyncStore, Store};
@@ -217,6 +217,11 @@ impl<'k> Attempt<'k> {
 struct Held {
     store: Arc<dyn Store>,
     claim: Claim,
+    /// The keeper that renews the lease, as found when the claim was made: a settle on
+    /// another thread (an async call moved between workers) must reach the same one, even
+    /// where threads have keepers of their own (a child forked while the process lock was
+    /// held, see `process`), whose watch ids would name other claims.
+    keeper: &'static Keeper,
     watch: Option<u64>,
     armed: bool,
     in_background: bool,
@@ -230,10 +235,12 @@ impl Held {
         sent: Instant,
         in_background: bool,
     ) -> Held {
-        let watch = Some(keeper().watch(store.clone(), claim.clone(), lease, sent));
+        let keeper = keeper();
+        let watch = Some(keeper.watch(store.clone(), claim.clone(), lease, sent));
         Held {
             store,
             claim,
+            keeper,
             watch,
             armed: true,
             in_background,
@@ -245,7 +252,7 @@ impl Held {
     fn settle(&mut self) -> LeaseState {
         self.armed = false;
         match self.watch.take() {
-            Some(id) => keeper().unwatch(id),
+            Some(id) => self.keeper.unwatch(id),
             None => LeaseState::default(),
         }
     }
@@ -263,7 +270,7 @@ impl Drop for Held {
             Job::Release(self.store.clone(), self.claim.clone())
         };
         if self.in_background {
-            keeper().submit(job);
+            self.keeper.submit(job);
         } else {
             let result = match &job {
                 Job::Release(s, c) => s.release(c),
@@ -337,11 +344,15 @@ async fn record<B: Backend, T: Serialize + DeserializeOwned>(
             })
         }
         Err(e) => {
-            // A replayable claim whose completion failed is given back so the next call need
-            // not wait out the lease; a `once` claim stays, and its lease ending makes the
-            // outcome unknown, as it is.
-            if !held.claim.once && !matches!(e, Error::LeaseLost { .. }) {
-                let _ = backend.release(&held.claim).await;
+            // A claim whose completion failed is given back so the next call need not wait
+            // out the lease: a replayable one released, a `once` one marked unknown (its body
+            // ran). Both are fenced on the claim still being in progress, so a completion that
+            // went through unheard is left as it is.
+            if !matches!(e, Error::LeaseLost { .. }) {
+                let _ = match held.claim.once {
+                    true => backend.mark_unknown(&held.claim).await,
+                    false => backend.release(&held.claim).await,
+                };
             }
             Err(e.after_body(match held.claim.once {
                 true => AfterBody::Once,
