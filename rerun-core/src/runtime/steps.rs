@@ -513,13 +513,44 @@ where
     // at-most-once too, whatever this call's mode: if this call panics, is dropped or fails to
     // record, the key goes back to unknown, never released for a rerun.
     claim.once |= unknown;
+    let lease = options.lease_duration();
     let mut held = Held::new(
         backend.shared(),
         claim,
-        options.lease_duration(),
+        lease,
         sent,
         B::GIVE_BACK_IN_BACKGROUND,
     );
+    let answered_in = sent.elapsed();
+    if answered_in >= lease {
+        // The store answered after the lease it granted could have ended (a lock wait, a
+        // replica that lagged, a stalled connection): another caller may already have taken
+        // the key over, so the body must not start. Given back as it was found: released (its
+        // body never began), or unknown again if it took over an unknown outcome.
+        tracing::warn!(
+            answered_in = ?answered_in,
+            lease = ?lease,
+            "rerun: the store granted the claim only after its lease could have ended; the body did not run and the claim was given back"
+        );
+        held.settle();
+        let given = match unknown {
+            true => backend.mark_unknown(&held.claim).await,
+            false => backend.release(&held.claim).await,
+        };
+        if let Err(e) = given {
+            tracing::warn!(key = %held.claim.key, error = %e, "rerun: could not give back the claim; its lease will end it");
+        }
+        let e = Error::store_msg(
+            Some(key),
+            format!(
+                "the store granted the claim after {}, past its lease of {}: the body did not run; retry the call",
+                crate::error::rounded(answered_in),
+                crate::error::rounded(lease)
+            ),
+        );
+        report.verdict = Verdict::of(&e);
+        return Err(e.into());
+    }
     checkpoint::hit(Point::Claimed);
 
     if unknown {

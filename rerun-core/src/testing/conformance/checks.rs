@@ -21,7 +21,7 @@ use crate::runtime::{Call, Reconciled};
 use crate::store::{ScanFilter, Store};
 
 pub(super) fn run_all<F: Factory>(factory: &F, settings: &Settings, report: &mut Report) {
-    let checks: [(&'static str, Check<F>); 25] = [
+    let checks: [(&'static str, Check<F>); 26] = [
         ("replay", replay),
         ("thread_storm", thread_storm),
         ("thread_storm_wait", thread_storm_wait),
@@ -42,6 +42,7 @@ pub(super) fn run_all<F: Factory>(factory: &F, settings: &Settings, report: &mut
         ("async_calls", async_calls),
         ("hung_neighbour", super::faults::hung_neighbour),
         ("panicking_renew", super::faults::panicking_renew),
+        ("late_claim", super::faults::late_claim),
         ("hung_store", super::faults::hung_store),
         ("hung_store_async", super::faults::hung_store_async),
         ("key_domain", super::faults::key_domain),

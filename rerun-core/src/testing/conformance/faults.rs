@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use super::report::Tally;
 use super::values::{random_keys, random_results, KeyModel};
-use super::wrappers::{PanicsOnce, Stalling};
+use super::wrappers::{LateClaims, PanicsOnce, Stalling};
 use super::{unique, Factory, Settings};
 use crate::codec;
 use crate::error::Error;
@@ -182,6 +182,55 @@ pub(super) fn panicking_renew<F: Factory>(factory: &F, _: &Settings) -> Result<T
         &mut t,
     );
     Ok(t)
+}
+
+/// A claim the store answers only after its lease could have ended (another caller may have
+/// taken the key over meanwhile): the body does not start, the call fails with a retryable
+/// store error, and the claim is given back, so the next call runs the body at once; for a
+/// `once` call too, whose body never began.
+pub(super) fn late_claim<F: Factory>(factory: &F, _: &Settings) -> Result<Tally, Error> {
+    let (store, _) = factory.fresh()?;
+    let lease = MIN_LEASE;
+    let late = LateClaims::new(store.shared(), lease + lease / 10);
+    let scope = unique("conformance");
+    let mut t = Tally::default();
+    for once in [false, true] {
+        let id = if once { "once" } else { "replayable" };
+        let bodies = AtomicU64::new(0);
+        let body = || {
+            bodies.fetch_add(1, Ordering::SeqCst);
+            Ok::<_, Error>(7u32)
+        };
+        let call = |store: &dyn Store| {
+            let call = Call::with_key(Key::new(scope.clone(), id)).lease(lease);
+            let call = if once { call.once() } else { call };
+            value_of(call.run(store, body))
+        };
+        let first = call(&late);
+        t.calls += 1;
+        t.expect(
+            matches!(&first, Err(e @ Error::Store { .. }) if e.is_retryable()),
+            format!("{id}: a claim answered after its lease gave {first:?}, not a retryable store error"),
+        );
+        let second = call(&*store.shared());
+        t.calls += 1;
+        t.expect(
+            matches!(second, Ok(7)),
+            format!("{id}: the call after a late claim gave {second:?}, not the body's result"),
+        );
+        let ran = bodies.load(Ordering::SeqCst);
+        t.bodies += ran;
+        t.expect(
+            ran == 1,
+            format!("{id}: the body ran {ran} times; once, by the second call, was expected"),
+        );
+    }
+    Ok(t)
+}
+
+/// The value of a call's outcome.
+fn value_of<T>(out: Result<crate::runtime::Outcome<T>, Error>) -> Result<T, Error> {
+    out.map(|o| o.value)
 }
 
 /// Reliability 25: the store's own backend hangs (a SQLite file locked by another connection,

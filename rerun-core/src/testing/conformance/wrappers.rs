@@ -10,12 +10,9 @@ use crate::key::Key;
 use crate::record::{Claim, ClaimRequest, ClaimResponse, RecordView};
 use crate::store::{ScanPage, Store};
 
-/// Forwards every method except `renew` to `$inner`.
-macro_rules! forward_all_but_renew {
+/// Forwards every method except `claim` and `renew` to `$inner`.
+macro_rules! forward_the_rest {
     ($inner:ident) => {
-        fn claim(&self, req: &ClaimRequest<'_>) -> Result<ClaimResponse, Error> {
-            self.$inner.claim(req)
-        }
         fn complete(&self, claim: &Claim, result: &[u8], ttl: Duration) -> Result<(), Error> {
             self.$inner.complete(claim, result, ttl)
         }
@@ -74,7 +71,10 @@ impl Stalling {
 }
 
 impl Store for Stalling {
-    forward_all_but_renew!(inner);
+    forward_the_rest!(inner);
+    fn claim(&self, req: &ClaimRequest<'_>) -> Result<ClaimResponse, Error> {
+        self.inner.claim(req)
+    }
     fn renew(&self, claim: &Claim, lease: Duration) -> Result<(), Error> {
         let (open, cv) = &*self.gate;
         let mut open = open.lock().unwrap_or_else(|p| p.into_inner());
@@ -111,11 +111,43 @@ impl PanicsOnce {
 }
 
 impl Store for PanicsOnce {
-    forward_all_but_renew!(inner);
+    forward_the_rest!(inner);
+    fn claim(&self, req: &ClaimRequest<'_>) -> Result<ClaimResponse, Error> {
+        self.inner.claim(req)
+    }
     fn renew(&self, claim: &Claim, lease: Duration) -> Result<(), Error> {
         if self.armed.swap(false, Ordering::SeqCst) {
             panic!("a store whose renew panics (on purpose, once)");
         }
+        self.inner.renew(claim, lease)
+    }
+    fn shared(&self) -> Arc<dyn Store> {
+        Arc::new(self.clone())
+    }
+}
+
+/// A store that answers every claim `delay` after the store it wraps granted it: a lock wait,
+/// a lagging replica or a stalled connection between the commit and the answer.
+#[derive(Clone)]
+pub(super) struct LateClaims {
+    inner: Arc<dyn Store>,
+    delay: Duration,
+}
+
+impl LateClaims {
+    pub(super) fn new(inner: Arc<dyn Store>, delay: Duration) -> LateClaims {
+        LateClaims { inner, delay }
+    }
+}
+
+impl Store for LateClaims {
+    forward_the_rest!(inner);
+    fn claim(&self, req: &ClaimRequest<'_>) -> Result<ClaimResponse, Error> {
+        let answer = self.inner.claim(req);
+        std::thread::sleep(self.delay);
+        answer
+    }
+    fn renew(&self, claim: &Claim, lease: Duration) -> Result<(), Error> {
         self.inner.renew(claim, lease)
     }
     fn shared(&self) -> Arc<dyn Store> {
