@@ -1066,6 +1066,103 @@ fn an_earlier_builds_claim_function_is_replaced_on_connect() {
     assert!(!out.replayed);
 }
 
+/// Fences keep growing when the sequence was set back or lost (a table restored or copied
+/// without it): a takeover draws above the record's own fence, and a sequence made again
+/// beside a table of records starts above them. Making it again leaves a later build's claim
+/// function as it is.
+#[test]
+fn fences_grow_when_the_sequence_was_set_back_or_lost() {
+    let Some(url) = url() else { return };
+    let (store, t) = fresh(&url, "seqback");
+    let fp = Fingerprint::of(&()).unwrap();
+    let h = Holder::current();
+    let keys: Vec<Key> = (0..5u32).map(|i| Key::new("s", &i)).collect();
+    let claims: Vec<_> = keys
+        .iter()
+        .map(|k| claimed(store.claim(&request(k, &fp, &h, LONG))))
+        .collect();
+    let top = claims.iter().map(|c| c.fence).max().unwrap();
+    psql(
+        &url,
+        &format!(r#"ALTER SEQUENCE "{}_fence" RESTART 1"#, t.name),
+    )
+    .unwrap();
+    let mut steal = request(&keys[4], &fp, &h, LONG);
+    steal.steal = Some(claims[4].fence);
+    let taken = claimed(store.claim(&steal));
+    assert!(
+        taken.fence > claims[4].fence,
+        "a takeover drew fence {} after {}",
+        taken.fence,
+        claims[4].fence
+    );
+    drop(store);
+    // A later build's function (its text names a later version), and no sequence.
+    psql(
+        &url,
+        &format!(
+            r#"DO $$ BEGIN EXECUTE regexp_replace(pg_get_functiondef('"{t}_claim"'::regproc),
+                   'rerun claim function version [0-9]+', 'rerun claim function version 99'); END $$;
+               DROP SEQUENCE "{t}_fence";"#,
+            t = t.name
+        ),
+    )
+    .unwrap();
+    let store = PostgresStore::builder(&url)
+        .table(&t.name)
+        .connect()
+        .unwrap();
+    let later = format!(
+        "SELECT position('rerun claim function version 99' IN prosrc) > 0 FROM pg_proc WHERE proname = '{}_claim'",
+        t.name
+    );
+    assert_eq!(psql(&url, &later).unwrap()[0][0].as_deref(), Some("t"));
+    let new = claimed(store.claim(&request(&Key::new("s", "new"), &fp, &h, LONG)));
+    assert!(
+        new.fence > top.max(taken.fence),
+        "a new key drew fence {} beside records up to {}",
+        new.fence,
+        top.max(taken.fence)
+    );
+}
+
+/// A stricter default isolation (here the URL's; a database's or a role's acts the same) does
+/// not turn racing claims into store errors: the store claims at READ COMMITTED, so a racer
+/// is told the key is busy, or waits and replays.
+#[test]
+fn racing_claims_under_a_serializable_default_are_busy_not_errors() {
+    let Some(url) = url() else { return };
+    let (store, t) = fresh(&url, "serial");
+    drop(store);
+    let sep = if url.contains('?') { '&' } else { '?' };
+    let strict = format!("{url}{sep}options=-c%20default_transaction_isolation%3Dserializable");
+    let store = PostgresStore::builder(&strict)
+        .table(&t.name)
+        .connect()
+        .unwrap();
+    for round in 0..20u32 {
+        let errors: Vec<Error> = std::thread::scope(|s| {
+            let racers: Vec<_> = (0..16)
+                .map(|_| {
+                    s.spawn(|| {
+                        Call::new("race", &round).run(&store, || {
+                            std::thread::sleep(Duration::from_millis(2));
+                            Ok::<_, Error>(round)
+                        })
+                    })
+                })
+                .collect();
+            racers
+                .into_iter()
+                .filter_map(|r| r.join().unwrap().err())
+                .collect()
+        });
+        for e in errors {
+            assert!(matches!(e, Error::InProgress { .. }), "round {round}: {e}");
+        }
+    }
+}
+
 /// Stores of different tables created together in a schema that does not exist yet all
 /// connect: creating a table waits for any other being created in the database.
 #[test]

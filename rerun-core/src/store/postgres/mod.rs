@@ -220,11 +220,17 @@ impl PostgresBuilder {
         }
         // The server gives up on a statement when rerun does, instead of finishing work no
         // one waits for.
-        let options = config.get_options().unwrap_or("").to_owned();
+        let mut options = config.get_options().unwrap_or("").to_owned();
         if !options.contains("statement_timeout") {
             let ms = self.op_timeout.as_millis().max(1);
-            config.options(format!("{options} -c statement_timeout={ms}").trim_start());
+            options = format!("{options} -c statement_timeout={ms}");
         }
+        // The claim relies on READ COMMITTED's `ON CONFLICT`: it re-checks the newest row
+        // version. Under a stricter default (of the database, the role or the URL) a claim
+        // that meets a row a concurrent claim committed fails with a serialization error
+        // instead of answering busy or replaying. Set last, so it wins.
+        options.push_str(" -c default_transaction_isolation=read\\ committed");
+        config.options(options.trim_start());
         let names = Names::new(self.schema.as_deref(), &self.table);
         let sql = Sql::new(&names);
         let store = PostgresStore {

@@ -584,10 +584,12 @@ pub(crate) fn is_connection_error(e: &tokio_postgres::Error) -> bool {
         // I/O errors, a closed socket, protocol errors.
         None => true,
         // Class 08: connection exception; class 57: operator intervention
-        // (`pg_terminate_backend`, shutdown, crash recovery).
+        // (`pg_terminate_backend`, shutdown, crash recovery); 25006: a read-only server (a
+        // standby a multi-host URL landed on, or a primary demoted by a failover): another
+        // connection may reach the new primary.
         Some(db) => {
             let code = db.code().code();
-            code.starts_with("08") || code.starts_with("57")
+            code.starts_with("08") || code.starts_with("57") || code == "25006"
         }
     }
 }

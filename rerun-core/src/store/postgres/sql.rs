@@ -148,9 +148,12 @@ impl Names {
                 WHERE status = 'completed';
             CREATE INDEX IF NOT EXISTS {open_index} ON {table} (scope, id)
                 WHERE status IN ('in_progress', 'unknown');
-            {claim_function}",
+            SELECT setval('{seq}', m) FROM (SELECT max(fence) AS m FROM {table}) t
+                WHERE m > (SELECT last_value FROM {fence_seq});
+            {function_ddl}",
             codec = crate::codec::CODEC_VERSION,
-            claim_function = self.claim_function(),
+            seq = fence_seq.replace('\'', "''"),
+            function_ddl = self.function_ddl(),
         );
         ddl
     }
@@ -192,7 +195,9 @@ impl Names {
                 VALUES (p_scope, p_id, 'in_progress', nextval('{seq}'), p_fingerprint, p_holder,
                         p_once, now() + p_lease_us * interval '1 microsecond', NULL, NULL)
                 ON CONFLICT (scope, id) DO UPDATE
-                   SET status = 'in_progress', fence = EXCLUDED.fence,
+                   -- Above the record's own fence even if the sequence was set back (a table
+                   -- restored without it, or copied where its value does not travel).
+                   SET status = 'in_progress', fence = greatest(EXCLUDED.fence, r.fence + 1),
                        fingerprint = EXCLUDED.fingerprint, holder = EXCLUDED.holder,
                        -- An attempt whose outcome is unknown is taken over at most once.
                        once = EXCLUDED.once OR r.status = 'unknown'
@@ -308,8 +313,9 @@ impl Names {
 
 /// The version the claim function's text names (`-- rerun claim function version N --`): a
 /// function without it, or of a lower one, was made by an earlier build, and `connect`
-/// replaces it. Version 2 keeps a takeover of an unknown outcome at most once.
-const CLAIM_FUNCTION_VERSION: u32 = 2;
+/// replaces it. Version 2 keeps a takeover of an unknown outcome at most once; version 3 draws
+/// a takeover's fence above the record's own, whatever the sequence says.
+const CLAIM_FUNCTION_VERSION: u32 = 3;
 
 /// The argument types of the claim function, as `to_regprocedure` names it.
 const CLAIM_FUNCTION_ARGS: &str =
