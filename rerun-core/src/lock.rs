@@ -206,10 +206,26 @@ fn hint(holder: &Option<LockHolder>) -> &'static str {
 /// ```
 #[derive(Debug)]
 pub struct LockFile {
-    /// Held for its destructor: closing the file releases the kernel lock.
-    _file: Flock<File>,
+    /// Held for its destructor, which unlocks; `None` only while dropping.
+    file: Option<Flock<File>>,
+    /// The fork generation of the process that took the lock (see `process`).
+    forks: u64,
     path: PathBuf,
     holder: LockHolder,
+}
+
+impl Drop for LockFile {
+    /// Unlocks, in the process that took the lock. A child forked after it shares the lock
+    /// (one open file description), and unlocking there would unlock the parent's too: a
+    /// child's copy is left as it is (its descriptor closes when the child exits, which does
+    /// not unlock while the parent holds it).
+    fn drop(&mut self) {
+        if let Some(file) = self.file.take() {
+            if crate::process::current().forks != self.forks {
+                std::mem::forget(file);
+            }
+        }
+    }
 }
 
 impl LockFile {
@@ -250,7 +266,8 @@ impl LockFile {
             .and_then(|_| file.flush())
             .map_err(|e| io("writing the holder", e))?;
         Ok(LockFile {
-            _file: file,
+            file: Some(file),
+            forks: crate::process::current().forks,
             path,
             holder,
         })
