@@ -43,6 +43,32 @@ fn a_lock_held_past_the_busy_timeout_is_a_retryable_store_error() {
     );
 }
 
+/// The store leaves its file in WAL mode (replays read beside the writer), from a new file and
+/// from one another program left in rollback-journal mode.
+#[test]
+fn the_file_is_left_in_wal_mode() {
+    let dir = dir();
+    for fresh in [true, false] {
+        let path = dir.path().join(format!("wal-{fresh}.sqlite3"));
+        if !fresh {
+            let other = rusqlite::Connection::open(&path).unwrap();
+            let mode: String = other
+                .query_row("PRAGMA journal_mode = DELETE", [], |r| r.get(0))
+                .unwrap();
+            assert_eq!(mode, "delete");
+        }
+        let store = SqliteStore::open(&path).unwrap();
+        Call::new("s", "k")
+            .run(&store, || Ok::<_, Error>(1))
+            .unwrap();
+        let raw = rusqlite::Connection::open(&path).unwrap();
+        let mode: String = raw
+            .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(mode, "wal", "fresh: {fresh}");
+    }
+}
+
 #[test]
 fn a_file_that_is_not_a_database_is_a_store_error() {
     let dir = dir();

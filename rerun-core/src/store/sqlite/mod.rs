@@ -299,11 +299,19 @@ impl Inner {
         let conn = Connection::open(&self.path).map_err(|e| sql_err(None, &what, e))?;
         conn.busy_timeout(self.busy_timeout)
             .map_err(|e| sql_err(None, &what, e))?;
-        // WAL lets readers (every replay) run beside the one writer.
-        retry_busy(self.busy_timeout, || {
-            conn.pragma_update(None, "journal_mode", "WAL")
+        // WAL lets readers (every replay) run beside the one writer. The pragma answers the
+        // mode it left the file in (read, so that rusqlite's `extra_check` does not refuse a
+        // statement that returns a row); a file that stays in another mode is refused.
+        let mode: String = retry_busy(self.busy_timeout, || {
+            conn.pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0))
         })
         .map_err(|e| sql_err(None, &what, e))?;
+        if !mode.eq_ignore_ascii_case("wal") {
+            return Err(Error::config(format!(
+                "{} stays in journal mode {mode:?}: rerun needs WAL (a file on a filesystem without shared memory, or a journal mode set by another program and locked)",
+                self.path.display()
+            )));
+        }
         conn.pragma_update(None, "synchronous", "NORMAL")
             .map_err(|e| sql_err(None, &what, e))?;
         Ok(conn)
