@@ -161,6 +161,11 @@ pub trait Handle: Idempotent {
         store: &S,
     ) -> Result<Outcome<Self::Output>, Self::Error> {
         let call = self.call()?;
+        // Without a reconcile function an unknown outcome is answered at once, as for a call
+        // without one (no settle wait holding the key, and the advice to give it one).
+        if !self.__has_reconcile() {
+            return call.run(store, || self.handle());
+        }
         reconcile_fits::<Self, Self::Output, Self::Error>(self)?;
         let key = call.key().clone();
         call.run_reconciled(store, || type_reconcile(self, &key), || self.handle())
@@ -189,11 +194,16 @@ pub trait AsyncHandle: Idempotent + Sync {
     ) -> impl Future<Output = Result<Outcome<Self::Output>, Self::Error>> + Send {
         async move {
             let call = self.call()?;
+            // `handle` is called only once the key is claimed: an implementation that does
+            // work before returning its future does it only then, never on a replay.
+            let body = async { self.handle().await };
+            if !self.__has_reconcile() {
+                return call.run_async(store, body).await;
+            }
             reconcile_fits::<Self, Self::Output, Self::Error>(self)?;
             let key = call.key().clone();
             let reconcile = async { type_reconcile(self, &key) };
-            call.run_async_reconciled(store, reconcile, self.handle())
-                .await
+            call.run_async_reconciled(store, reconcile, body).await
         }
     }
 }

@@ -333,3 +333,88 @@ fn generic_types_need_no_bounds_of_their_own() {
     };
     assert_eq!(named.idempotency_key(), Key::new("generic.event", "evt_1"));
 }
+
+/// `once` without `reconcile`: a crashed attempt's key answers `OutcomeUnknown` at once, as a
+/// call without a reconcile function does, without holding the key for the settle wait first.
+#[derive(Serialize, Idempotent)]
+#[rerun(scope = "derive.unreconciled", once)]
+struct Unreconciled {
+    #[rerun(key)]
+    id: u64,
+    #[rerun(skip)]
+    crash: bool,
+}
+
+static UNRECONCILED_RUNS: AtomicU32 = AtomicU32::new(0);
+
+impl Handle for Unreconciled {
+    type Output = u64;
+    type Error = Error;
+    fn handle(&self) -> Result<u64, Error> {
+        UNRECONCILED_RUNS.fetch_add(1, SeqCst);
+        if self.crash {
+            panic!("died mid-body");
+        }
+        Ok(self.id)
+    }
+}
+
+#[test]
+fn once_without_reconcile_answers_unknown_at_once() {
+    let store = rerun_core::MemoryStore::new();
+    let hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {}));
+    let crashed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        Unreconciled { id: 1, crash: true }.run(&store)
+    }));
+    std::panic::set_hook(hook);
+    assert!(crashed.is_err());
+    let started = std::time::Instant::now();
+    let out = Unreconciled {
+        id: 1,
+        crash: false,
+    }
+    .run(&store);
+    assert!(matches!(out, Err(Error::OutcomeUnknown { .. })), "{out:?}");
+    assert!(
+        started.elapsed() < rerun_core::DEFAULT_SETTLE,
+        "the answer waited {:?}, the settle wait of a reconcile",
+        started.elapsed()
+    );
+    assert_eq!(UNRECONCILED_RUNS.load(SeqCst), 1);
+}
+
+/// An async handler whose `handle` does work before it returns its future: that work runs
+/// only for a call that claimed the key, never for a replay.
+#[derive(Serialize, Idempotent)]
+#[rerun(scope = "derive.eager")]
+struct Eager {
+    #[rerun(key)]
+    id: u64,
+}
+
+static EAGER_CALLS: AtomicU32 = AtomicU32::new(0);
+
+impl AsyncHandle for Eager {
+    type Output = u64;
+    type Error = Error;
+    #[allow(clippy::manual_async_fn)]
+    fn handle(&self) -> impl std::future::Future<Output = Result<u64, Error>> + Send {
+        EAGER_CALLS.fetch_add(1, SeqCst);
+        let id = self.id;
+        async move { Ok(id) }
+    }
+}
+
+#[test]
+fn an_async_handle_is_called_only_once_claimed() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let store = rerun_core::MemoryStore::new();
+    for _ in 0..3 {
+        assert_eq!(rt.block_on(Eager { id: 7 }.run_async(&store)).unwrap(), 7);
+    }
+    assert_eq!(EAGER_CALLS.load(SeqCst), 1);
+}
