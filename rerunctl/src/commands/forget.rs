@@ -113,6 +113,11 @@ pub fn run(ctx: &Context, args: &Args) -> Result<(), Failure> {
 
     if !args.yes {
         let what = match &record {
+            Some(r) if r.once && r.status == rerun_core::Status::InProgress => format!(
+                "{}, fence {}, at most once: its body may have had its effect",
+                r.status.as_str(),
+                r.fence
+            ),
             Some(r) => format!("{}, fence {}", r.status.as_str(), r.fence),
             None => "unreadable".to_owned(),
         };
@@ -129,8 +134,20 @@ pub fn run(ctx: &Context, args: &Args) -> Result<(), Failure> {
         }
     }
 
-    // Forget exactly the record that was shown (and confirmed): if a call claimed or completed
-    // the key meanwhile, its fence moved on and that newer record is left alone. An unreadable
+    // Forget exactly the record that was shown (and confirmed). A new claim moves the fence
+    // on, and `forget_if` leaves that newer record alone; but the holder shown renews and
+    // completes under the same fence, so the record is read again first, and left alone if its
+    // status changed or it became a live claim again (unless forced) while the question waited.
+    if let Some(shown) = &record {
+        let now = opened.store.inspect(&key);
+        let same = matches!(&now, Ok(Some(r)) if r.fence == shown.fence
+            && r.status == shown.status
+            && (args.force || !output::is_live_claim(r)));
+        if !same {
+            return Err(changed(&opened, &typed, now));
+        }
+    }
+    // An unreadable
     // record has no fence to hold it to: it is read again just before, and forgotten only if
     // it is still unreadable (a record written meanwhile, readable, is left alone).
     let forgotten = match &record {

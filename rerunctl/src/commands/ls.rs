@@ -10,7 +10,7 @@
 //! at least that long; a record whose store does not know its age is never "older".
 
 use std::collections::HashSet;
-use std::hash::{DefaultHasher, Hash as _, Hasher as _};
+use std::hash::{BuildHasher as _, Hash as _, Hasher as _, RandomState};
 use std::time::Duration;
 
 use clap::ValueEnum;
@@ -167,13 +167,16 @@ pub fn list<S: Store + ?Sized>(
         unreadable: Vec::new(),
     };
     // A store may return a record twice across pages (Redis' SCAN does): list it once.
+    // Keys are told apart by a 64-bit hash (a listing of millions of records stays small),
+    // keyed at random per run so that no one can choose two keys that collide.
+    let hashing = RandomState::new();
     let mut seen: HashSet<u64> = HashSet::new();
     let mut cursor: Option<String> = None;
     'pages: loop {
         let page = store.scan_filtered(&filter, cursor.as_deref(), page_size)?;
         listing.scanned += (page.records.len() + page.unreadable.len()) as u64;
         for bad in page.unreadable {
-            let mut h = DefaultHasher::new();
+            let mut h = hashing.build_hasher();
             bad.key.hash(&mut h);
             if filter.holds_scope(bad.key.scope()) && seen.insert(h.finish()) {
                 listing.unreadable.push(bad);
@@ -183,7 +186,7 @@ pub fn list<S: Store + ?Sized>(
             if !filter.matches(&record) || !older(&record, args.older_than) {
                 continue;
             }
-            let mut h = DefaultHasher::new();
+            let mut h = hashing.build_hasher();
             record.key.hash(&mut h);
             if !seen.insert(h.finish()) {
                 continue;

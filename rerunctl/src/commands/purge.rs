@@ -3,7 +3,9 @@
 //! Deletes in batches through [`Store::purge_expired`](rerun_core::Store::purge_expired)
 //! until a batch comes back short, with a progress line on a terminal. Expiry is decided by
 //! the store on its own clock, and an expired record no longer replays, so purging changes no
-//! call's outcome. (Redis expires its records by itself: there, purge deletes nothing.)
+//! call's outcome, except an at-most-once call's, whose record is answered while it exists:
+//! purged, its next call runs the body. (Redis expires its records by itself: there, purge
+//! deletes nothing.)
 
 use serde::Serialize;
 
@@ -16,8 +18,9 @@ use crate::progress::Progress;
 pub const ABOUT: &str = "\
 Delete completed records past their ttl, in batches, with a progress line on a terminal.
 Expiry is decided by the store on its own clock; an expired record no longer replays, so
-purging changes no call's outcome. Redis expires records by itself: there, nothing is left
-to purge.
+purging changes no call's outcome, except an at-most-once (`once`) call's: its record is
+answered while it exists, past its ttl too, and once purged its next call runs the body.
+Redis expires records by itself: there, nothing is left to purge.
 
 JSON: {\"store\", \"purged\"}";
 

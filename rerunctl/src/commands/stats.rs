@@ -8,7 +8,7 @@
 //! does not know ages, the first such record found stands in, shown with an unknown age.
 
 use std::collections::{BTreeMap, HashSet};
-use std::hash::{DefaultHasher, Hash as _, Hasher as _};
+use std::hash::{BuildHasher as _, Hash as _, Hasher as _, RandomState};
 
 use rerun_core::store::ScanFilter;
 use rerun_core::{RecordView, Status, Store};
@@ -110,6 +110,9 @@ pub fn collect<S: Store + ?Sized>(
         filter = filter.scope_prefix(p);
     }
     let mut stats = Stats::default();
+    // Keys are told apart by a 64-bit hash (a listing of millions of records stays small),
+    // keyed at random per run so that no one can choose two keys that collide.
+    let hashing = RandomState::new();
     let mut seen: HashSet<u64> = HashSet::new();
     let mut cursor: Option<String> = None;
     loop {
@@ -117,7 +120,7 @@ pub fn collect<S: Store + ?Sized>(
         stats.scanned += (page.records.len() + page.unreadable.len()) as u64;
         stats.unreadable += page.unreadable.len() as u64;
         for r in page.records.iter().filter(|r| filter.matches(r)) {
-            let mut h = DefaultHasher::new();
+            let mut h = hashing.build_hasher();
             r.key.hash(&mut h);
             if !seen.insert(h.finish()) {
                 continue;
