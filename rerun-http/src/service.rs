@@ -2,7 +2,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
@@ -246,6 +246,11 @@ where
         .options(config.options);
     let req = Request::from_parts(parts, RequestBody::buffered(body));
     let max_body = config.max_body;
+    // The response as the handler gave it, kept until it is recorded: one the store refuses
+    // (larger than the store's own limit on results) is still returned to the client, as one
+    // over `max_body` is, unrecorded.
+    let answered: Arc<Mutex<Option<Recorded>>> = Arc::default();
+    let kept = answered.clone();
     let (leave, left) = tokio::sync::oneshot::channel();
     // Polled on this request's task; if the client hangs up and the future is dropped, the
     // rest of it (handler, record) goes on on a task of its own, and the retry replays it.
@@ -253,7 +258,10 @@ where
         let call = call.run_async(store.get(), async move {
             let failure = match CatchPanic(Box::pin(inner.call(req))).await {
                 Ok(Ok(response)) => match capture(response, max_body).await {
-                    Ok(recorded) => return Ok(recorded),
+                    Ok(recorded) => {
+                        *kept.lock().unwrap_or_else(|p| p.into_inner()) = Some(recorded.clone());
+                        return Ok(recorded);
+                    }
                     Err(failure) => failure,
                 },
                 Ok(Err(e)) => Failure::Inner(e),
@@ -280,6 +288,27 @@ where
             Ok(response) => Ok(response),
             Err(kind) => Ok(problem_of(&Error::corrupt(&record_key, kind))),
         },
+        // The store refused to keep the response (its limit on results is below `max_body`):
+        // the client gets it all the same, unrecorded, and the key was given back (released,
+        // or unknown for a `once` handler), as for a response over `max_body`.
+        Ok(Err(Failure::Rerun(e)))
+            if matches!(
+                e,
+                Error::Codec {
+                    what: "the result",
+                    ..
+                }
+            ) =>
+        {
+            let answered = answered.lock().unwrap_or_else(|p| p.into_inner()).take();
+            match answered.map(|r| r.into_response(false)) {
+                Some(Ok(response)) => {
+                    tracing::info!(error = %e, "rerun-http: the store would not record the response; it was returned unrecorded");
+                    Ok(response)
+                }
+                _ => Ok(problem_of(&e)),
+            }
+        }
         // A store that failed after the handler answered says so (`AfterBody`): the problem
         // tells the client the request was processed.
         Ok(Err(Failure::Rerun(e))) => Ok(problem_of(&e)),

@@ -287,3 +287,61 @@ async fn a_grpc_failure_in_the_headers_is_not_recorded() {
     }
     assert_eq!(runs.load(Ordering::SeqCst), 2, "a retry runs again");
 }
+
+/// A response within `max_body` that the store will not keep (its own limit on results is
+/// lower) reaches the client all the same, unrecorded, as one over `max_body` does; the key is
+/// given back (released, or unknown for a `once` layer).
+#[test]
+fn a_response_the_store_will_not_keep_is_returned_unrecorded() {
+    let Some(url) = rerun_core::testing::service_url("RERUN_TEST_POSTGRES_URL") else {
+        return;
+    };
+    let table = support::unique("limit").to_ascii_lowercase();
+    let store = rerun_core::PostgresStore::builder(&url)
+        .table(&table)
+        .max_result_bytes(64)
+        .connect()
+        .unwrap_or_else(|e| panic!("connecting: {e}"));
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap_or_else(|e| panic!("a runtime: {e}"));
+    for once in [false, true] {
+        let runs = Arc::new(AtomicUsize::new(0));
+        let counted = runs.clone();
+        let layer = IdempotencyLayer::new(store.clone());
+        let layer = if once { layer.once() } else { layer };
+        let service = layer.layer(tower::service_fn(
+            move |_req: Request<RequestBody<Full<Bytes>>>| {
+                let runs = counted.clone();
+                async move {
+                    runs.fetch_add(1, Ordering::SeqCst);
+                    let response = Response::builder()
+                        .status(201)
+                        .body(Full::new(Bytes::from(vec![b'x'; 500])))
+                        .unwrap_or_else(|e| panic!("a response: {e}"));
+                    Ok::<_, std::io::Error>(response)
+                }
+            },
+        ));
+        let key = format!("big-{once}");
+        let first = rt
+            .block_on(service.clone().oneshot(request(&key)))
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(first.status(), StatusCode::CREATED, "once: {once}");
+        assert!(first.headers().get(IDEMPOTENT_REPLAYED).is_none());
+        let (body, _) = rt.block_on(body_and_trailers(first));
+        assert_eq!(body.len(), 500);
+        let retry = rt
+            .block_on(service.clone().oneshot(request(&key)))
+            .unwrap_or_else(|e| panic!("{e}"));
+        match once {
+            false => assert_eq!(retry.status(), StatusCode::CREATED, "a retry runs again"),
+            true => assert_eq!(rt.block_on(code(retry)), "outcome_unknown"),
+        }
+        let expected = if once { 1 } else { 2 };
+        assert_eq!(runs.load(Ordering::SeqCst), expected, "once: {once}");
+    }
+    support::drop_table(&url, &table);
+}

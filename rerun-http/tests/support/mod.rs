@@ -150,7 +150,7 @@ impl Fixture {
     }
 }
 
-fn drop_table(url: &str, table: &str) {
+pub fn drop_table(url: &str, table: &str) {
     let url = url.to_owned();
     let sql = format!(
         "DROP TABLE IF EXISTS \"{table}\"; DROP TABLE IF EXISTS \"{table}_meta\"; DROP SEQUENCE IF EXISTS \"{table}_fence\"; DROP FUNCTION IF EXISTS \"{table}_claim\";"
