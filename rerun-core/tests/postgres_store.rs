@@ -1163,6 +1163,58 @@ fn racing_claims_under_a_serializable_default_are_busy_not_errors() {
     }
 }
 
+/// An async call cancelled mid-statement (a timeout around it) does not put its connection
+/// back with the statement still running: the next call gets another connection and is
+/// answered within its own deadline, not stuck behind the abandoned statement.
+#[test]
+fn a_cancelled_async_call_leaves_no_statement_behind_for_the_next() {
+    let Some(url) = url() else { return };
+    let table = postgres_common::unique_table("cancel");
+    let store = PostgresStore::builder(&url)
+        .table(&table)
+        .pool_size(1)
+        .connect()
+        .unwrap();
+    let _t = postgres_common::Table {
+        url: url.clone(),
+        name: table.clone(),
+    };
+    let fp = Fingerprint::of(&()).unwrap();
+    let h = Holder::current();
+    let lease = Duration::from_secs(3);
+    let a = claimed(store.claim(&request(&Key::new("s", "a"), &fp, &h, lease)));
+    let b = claimed(store.claim(&request(&Key::new("s", "b"), &fp, &h, lease)));
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let (side, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        tokio::spawn(conn);
+        side.batch_execute(&format!(
+            r#"BEGIN; SELECT 1 FROM "{table}" WHERE fence = {} FOR UPDATE"#,
+            a.fence
+        ))
+        .await
+        .unwrap();
+        // `a`'s completion waits on the row lock, and is given up after 200 ms.
+        let cancelled = tokio::time::timeout(
+            Duration::from_millis(200),
+            AsyncStore::complete_async(&store, &a, b"1", LONG),
+        )
+        .await;
+        assert!(cancelled.is_err(), "{cancelled:?}");
+        // `b`'s (a deadline of a third of its lease) is not queued behind it.
+        AsyncStore::complete_async(&store, &b, b"2", LONG)
+            .await
+            .unwrap();
+        side.batch_execute("ROLLBACK").await.unwrap();
+    });
+}
+
 /// Stores of different tables created together in a schema that does not exist yet all
 /// connect: creating a table waits for any other being created in the database.
 #[test]

@@ -534,12 +534,16 @@ impl PostgresStore {
             .await
             .map_err(|e| keyed(e, key))?;
         let what = op.what();
+        // Cancelled from here on (a `select!`, a timeout around the call), the connection is
+        // closed rather than put back with the statement still running on it.
+        pooled.sending();
         let conn = pooled.conn()?;
         let outcome = {
             // Pinned here, so that the statement's future is not copied into the deadline's.
             let exec = pin!(exec(&mut conn.session, &inner.sql, op));
             deadline(left, exec).await
         };
+        pooled.answered();
         match outcome {
             Some(Ok(reply)) => Ok(reply),
             Some(Err(failure)) => {

@@ -367,6 +367,10 @@ pub(crate) struct Pooled<'p, C> {
     generation: u64,
     forks: u64,
     broken: bool,
+    /// A statement was sent and its answer not yet read: dropped now (an async call's future
+    /// cancelled mid-statement), the connection would hand its next caller an answer that is
+    /// not theirs, or make it wait behind the abandoned statement; it is closed instead.
+    in_flight: bool,
     _permit: OwnedSemaphorePermit,
 }
 
@@ -442,6 +446,7 @@ impl<C> Pool<C> {
             generation,
             forks: forks(),
             broken: false,
+            in_flight: false,
             _permit: permit,
         }
     }
@@ -551,6 +556,16 @@ impl<C> Pooled<'_, C> {
 
     /// Drops this connection instead of returning it, and retires the idle ones opened
     /// before it failed.
+    /// Marks a statement sent: until [`Pooled::answered`], dropping closes the connection.
+    pub(crate) fn sending(&mut self) {
+        self.in_flight = true;
+    }
+
+    /// Marks the statement's answer read.
+    pub(crate) fn answered(&mut self) {
+        self.in_flight = false;
+    }
+
     pub(crate) fn discard(&mut self) {
         self.broken = true;
         self.pool.generation.fetch_add(1, Ordering::AcqRel);
@@ -559,7 +574,7 @@ impl<C> Pooled<'_, C> {
 
 impl<C> Drop for Pooled<'_, C> {
     fn drop(&mut self) {
-        if self.broken {
+        if self.broken || self.in_flight {
             return;
         }
         if let Some(conn) = self.conn.take() {
