@@ -47,6 +47,50 @@ fn fences_stay_above_a_purged_record() {
     assert!(other.fence > fences[2]);
 }
 
+/// A record deleted by something other than this build (a process of an earlier build, which
+/// deletes without raising the floor, or an operator's plain SQL) raises the floor all the
+/// same: the key's next claim draws a fence above the deleted one, and the holder of the
+/// deleted claim cannot complete over it.
+#[test]
+fn a_deletion_by_plain_sql_raises_the_floor() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rerun.sqlite3");
+    let store = SqliteStore::open(&path).unwrap();
+    let key = Key::new("plain", "k");
+    let fp = Fingerprint::of(&()).unwrap();
+    let holder = Holder::current();
+    let request = rerun_core::record::ClaimRequest {
+        key: &key,
+        fingerprint: &fp,
+        holder: &holder,
+        lease: Duration::from_secs(60),
+        once: false,
+        steal: None,
+    };
+    let rerun_core::record::ClaimResponse::Claimed(first) = store.claim(&request).unwrap() else {
+        panic!("not claimed")
+    };
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    // What a build before schema 4 runs to forget or purge.
+    conn.execute("DELETE FROM rerun_records", []).unwrap();
+    let rerun_core::record::ClaimResponse::Claimed(second) = store.claim(&request).unwrap() else {
+        panic!("not claimed again")
+    };
+    assert!(
+        second.fence > first.fence,
+        "{} then {}",
+        first.fence,
+        second.fence
+    );
+    assert!(matches!(
+        store.complete(&first, b"stale", Duration::from_secs(60)),
+        Err(Error::LeaseLost { .. })
+    ));
+    store
+        .complete(&second, b"fresh", Duration::from_secs(60))
+        .unwrap();
+}
+
 /// A claim writes no page but its key's: the floor is only read.
 #[test]
 fn a_claim_leaves_the_floor_as_it_is() {

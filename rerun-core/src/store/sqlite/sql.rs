@@ -35,6 +35,12 @@ pub(super) const MIGRATIONS: &[&str] = &[
 /// Created in one `BEGIN IMMEDIATE` transaction, so that many processes opening a new file at
 /// once create it exactly once. `WITHOUT ROWID`: every read is by the primary key, so the
 /// record lives in the key's B-tree and a read is one lookup.
+///
+/// The trigger `rerun_records_floor` raises the fence floor on every deletion, whoever makes it:
+/// a process of a build before schema 4 (which deletes without raising it) still running beside
+/// this one, or an operator's plain SQL. It came without a new version (an earlier build of
+/// schema 4 opens the file as before); `INSERT OR REPLACE` does not fire it (recursive triggers
+/// are off), and a deletion of this build raises the floor itself too ([`RAISE_FLOOR`]).
 pub(super) const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS rerun_meta (
     name  TEXT PRIMARY KEY,
@@ -60,6 +66,11 @@ CREATE TABLE IF NOT EXISTS rerun_records (
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS rerun_records_open ON rerun_records (scope, id)
     WHERE status IN ('in_progress', 'unknown');
+CREATE TRIGGER IF NOT EXISTS rerun_records_floor AFTER DELETE ON rerun_records
+    WHEN typeof(old.fence) = 'integer'
+BEGIN
+    UPDATE rerun_meta SET value = old.fence WHERE name = 'fence_floor' AND value < old.fence;
+END;
 ";
 
 /// The schema version, read after the schema is ensured.
