@@ -10,7 +10,7 @@
 //! at least that long; a record whose store does not know its age is never "older".
 
 use std::collections::HashSet;
-use std::hash::{BuildHasher as _, Hash as _, Hasher as _, RandomState};
+use std::hash::{BuildHasher as _, RandomState};
 use std::time::Duration;
 
 use clap::ValueEnum;
@@ -176,9 +176,8 @@ pub fn list<S: Store + ?Sized>(
         let page = store.scan_filtered(&filter, cursor.as_deref(), page_size)?;
         listing.scanned += (page.records.len() + page.unreadable.len()) as u64;
         for bad in page.unreadable {
-            let mut h = hashing.build_hasher();
-            bad.key.hash(&mut h);
-            if filter.holds_scope(bad.key.scope()) && seen.insert(h.finish()) {
+            let h = hashing.hash_one(&bad.key);
+            if filter.holds_scope(bad.key.scope()) && seen.insert(h) {
                 listing.unreadable.push(bad);
             }
         }
@@ -186,9 +185,8 @@ pub fn list<S: Store + ?Sized>(
             if !filter.matches(&record) || !older(&record, args.older_than) {
                 continue;
             }
-            let mut h = hashing.build_hasher();
-            record.key.hash(&mut h);
-            if !seen.insert(h.finish()) {
+            let h = hashing.hash_one(&record.key);
+            if !seen.insert(h) {
                 continue;
             }
             if args.limit != 0 && listing.records.len() == args.limit {

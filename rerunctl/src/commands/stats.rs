@@ -8,7 +8,7 @@
 //! does not know ages, the first such record found stands in, shown with an unknown age.
 
 use std::collections::{BTreeMap, HashSet};
-use std::hash::{BuildHasher as _, Hash as _, Hasher as _, RandomState};
+use std::hash::{BuildHasher as _, RandomState};
 
 use rerun_core::store::ScanFilter;
 use rerun_core::{RecordView, Status, Store};
@@ -120,9 +120,8 @@ pub fn collect<S: Store + ?Sized>(
         stats.scanned += (page.records.len() + page.unreadable.len()) as u64;
         stats.unreadable += page.unreadable.len() as u64;
         for r in page.records.iter().filter(|r| filter.matches(r)) {
-            let mut h = hashing.build_hasher();
-            r.key.hash(&mut h);
-            if !seen.insert(h.finish()) {
+            let h = hashing.hash_one(&r.key);
+            if !seen.insert(h) {
                 continue;
             }
             stats.all.add(r.status);
