@@ -108,33 +108,39 @@ fn default_store() -> Result<Arc<dyn DynStore>, Error> {
 /// assert_eq!(rerun_core::redact("postgres://u:Ab3/x+9=@db/app"), "postgres://u:***@db/app");
 /// ```
 pub fn redact(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
+    let Some(start) = url.find("://").map(|i| i + 3) else {
         return redact_key_values(url);
     };
-    let parts = url_parts(rest);
-    let authority = match (parts.user, parts.password) {
-        (Some(user), Some(_)) => format!("{user}:***@{}", parts.host),
-        (Some(user), None) => format!("{user}@{}", parts.host),
-        (None, _) => parts.host.to_owned(),
-    };
-    let tail = match parts.tail.split_once('?') {
-        Some((path, query)) => {
-            let query: Vec<String> = query
-                .split('&')
-                .map(|pair| match pair.split_once('=') {
-                    Some((name, _)) if is_secret(name) => format!("{name}=***"),
-                    _ => pair.to_owned(),
-                })
-                .collect();
-            format!("{path}?{}", query.join("&"))
+    let mut ranges = secret_ranges(url, start);
+    ranges.sort_unstable();
+    let mut out = String::with_capacity(url.len());
+    let mut at = 0;
+    let mut ranges = ranges.into_iter().peekable();
+    while let Some((from, mut to)) = ranges.next() {
+        // Overlapping or touching ranges are hidden as one.
+        while let Some(&(next_from, next_to)) = ranges.peek() {
+            if next_from > to {
+                break;
+            }
+            to = to.max(next_to);
+            ranges.next();
         }
-        None => parts.tail.to_owned(),
-    };
-    format!("{scheme}://{authority}{tail}")
+        if from < at {
+            // Inside a range already hidden.
+            at = at.max(to);
+            continue;
+        }
+        out.push_str(&url[at..from]);
+        out.push_str("***");
+        at = to;
+    }
+    out.push_str(&url[at..]);
+    out
 }
 
-/// The secrets [`redact`] hides in a store URL (its password, the values of secret query
-/// parameters), for scrubbing a driver's message that repeats them.
+/// The secrets [`redact`] hides in a store URL (its password, as either reading below finds it,
+/// and the values of secret query parameters), for scrubbing a driver's message that repeats
+/// them.
 ///
 /// ```
 /// assert_eq!(
@@ -144,92 +150,55 @@ pub fn redact(url: &str) -> String {
 /// assert!(rerun_core::url_secrets("redis://h:6379/0").is_empty());
 /// ```
 pub fn url_secrets(url: &str) -> Vec<String> {
-    let Some((_, rest)) = url.split_once("://") else {
+    let Some(start) = url.find("://").map(|i| i + 3) else {
         return Vec::new();
     };
-    let parts = url_parts(rest);
-    // The password as `redact` reads it, and as a URL parser would (shorter, when a path or
-    // query after it holds an `@`): a driver's message may repeat either.
-    let mut secrets: Vec<String> = [parts.password, standard_parts(rest).password]
-        .into_iter()
-        .flatten()
-        .filter(|p| !p.is_empty())
-        .map(str::to_owned)
-        .collect();
-    secrets.dedup();
-    if let Some((_, query)) = parts.tail.split_once('?') {
-        secrets.extend(
-            query
-                .split('&')
-                .filter_map(|pair| pair.split_once('='))
-                .filter(|(name, value)| is_secret(name) && !value.is_empty())
-                .map(|(_, value)| value.to_owned()),
-        );
+    let mut secrets: Vec<String> = Vec::new();
+    for (from, to) in secret_ranges(url, start) {
+        let secret = &url[from..to];
+        if !secret.is_empty() && !secrets.iter().any(|s| s == secret) {
+            secrets.push(secret.to_owned());
+        }
     }
     secrets
 }
 
-/// What follows `scheme://` in a URL, split as drivers read it.
-struct UrlParts<'a> {
-    user: Option<&'a str>,
-    password: Option<&'a str>,
-    host: &'a str,
-    /// The path, query and fragment.
-    tail: &'a str,
-}
-
-/// Splits `rest` (a URL after `scheme://`), hiding more rather than less. A password may hold
-/// `/`, `?`, `#` or `@` unencoded (drivers read credentials up to an `@`): when the text before
-/// the last `@` has a `:`, all of it is the userinfo, and the host runs from there to the next
-/// `/`, `?` or `#` (an `@` in a path or query after a password makes the password look longer,
-/// never shorter). Otherwise (a user alone, or an `@` in the query of a URL without one) the
-/// URL is read the usual way, authority first.
-fn url_parts(rest: &str) -> UrlParts<'_> {
-    if let Some(at) = rest.rfind('@') {
-        if let Some((user, password)) = rest[..at].split_once(':') {
-            let after = &rest[at + 1..];
-            let (host, tail) = match after.find(['/', '?', '#']) {
-                Some(i) => after.split_at(i),
-                None => (after, ""),
-            };
-            return UrlParts {
-                user: Some(user),
-                password: Some(password),
-                host,
-                tail,
-            };
-        }
-    }
-    standard_parts(rest)
-}
-
-/// Splits `rest` as a URL parser does: the authority ends at the first `/`, `?` or `#`, the
-/// userinfo at the authority's last `@`.
-fn standard_parts(rest: &str) -> UrlParts<'_> {
-    let (authority, tail) = match rest.find(['/', '?', '#']) {
-        Some(i) => rest.split_at(i),
-        None => (rest, ""),
+/// The byte ranges of `url` that hold secrets (`start`: where the part after `scheme://`
+/// begins), hiding more rather than less:
+///
+/// - the password read up to any `@` of the URL: drivers read credentials up to the first or
+///   the last, and a password may hold `/`, `?`, `#` or `@` unencoded (a URL parser's reading,
+///   the userinfo ending at the last `@` before the first `/`, `?` or `#`, is among them);
+/// - the values of secret query parameters, the query as a URL parser finds it.
+///
+/// Where the readings disagree (an `@` in a path or query, a port before it) both ranges are
+/// hidden: a URL shows less than it could, never a secret.
+fn secret_ranges(url: &str, start: usize) -> Vec<(usize, usize)> {
+    let rest = &url[start..];
+    let mut ranges = Vec::new();
+    // `user:password@`: from after the user's `:` to the `@`.
+    let password = |userinfo_end: usize| {
+        rest[..userinfo_end]
+            .find(':')
+            .map(|colon| (start + colon + 1, start + userinfo_end))
     };
-    match authority.rsplit_once('@') {
-        Some((userinfo, host)) => {
-            let (user, password) = match userinfo.split_once(':') {
-                Some((user, password)) => (user, Some(password)),
-                None => (userinfo, None),
-            };
-            UrlParts {
-                user: Some(user),
-                password,
-                host,
-                tail,
-            }
-        }
-        None => UrlParts {
-            user: None,
-            password: None,
-            host: authority,
-            tail,
-        },
+    // Every `@` may end the userinfo for some reader; the last one first.
+    for (at, _) in rest.rmatch_indices('@') {
+        ranges.extend(password(at));
     }
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    if let Some(q) = rest[authority_end..].find('?') {
+        let mut pos = start + authority_end + q + 1;
+        for pair in url[pos..].split('&') {
+            if let Some(eq) = pair.find('=') {
+                if is_secret(&pair[..eq]) {
+                    ranges.push((pos + eq + 1, pos + pair.len()));
+                }
+            }
+            pos += pair.len() + 1;
+        }
+    }
+    ranges
 }
 
 /// Names of connection parameters that hold secrets.
@@ -398,19 +367,42 @@ mod tests {
         );
         assert_eq!(url_secrets("redis://h/0?password=se@cret"), ["se@cret"]);
         assert_eq!(redact("redis://user@h/0"), "redis://user@h/0");
+        // A port before an `@` of the query: both readings hidden, the secret whole.
+        for url in [
+            "redis://h:6379/0?password=se@cret",
+            "postgres://app@db:5432/x?sslpassword=se@cret",
+            "postgres://[::1]:5432/x?password=se@cret",
+        ] {
+            let shown = redact(url);
+            assert!(
+                !shown.contains("cret") && !shown.contains("se@"),
+                "{url} -> {shown}"
+            );
+            assert!(url_secrets(url).iter().any(|s| s == "se@cret"), "{url}");
+        }
     }
 
     proptest::proptest! {
         #[test]
         fn no_password_is_ever_shown(
             password in "[a-zA-Z0-9/?#@:%+=._-]{1,24}",
-            tail in "(/[a-z0-9]{0,8})?(\\?[a-z]{1,5}=[a-z0-9]{0,5})?",
+            tail in "(/[a-z0-9@]{0,8})?(\\?[a-z]{1,5}=[a-z0-9@]{0,5})?",
         ) {
             let url = format!("postgres://app:{password}@db.internal:5432{tail}");
             let shown = redact(&url);
             proptest::prop_assert!(!shown.contains(&format!(":{password}@")), "{url} -> {shown}");
             proptest::prop_assert!(shown.starts_with("postgres://app:***@"), "{url} -> {shown}");
             proptest::prop_assert!(url_secrets(&url).contains(&password), "{url}");
+        }
+
+        #[test]
+        fn no_query_secret_is_ever_shown(
+            secret in "Z[a-z0-9@:/#%]{2,11}",
+            host in "(h|h:6379|u@h:6379|\\[::1\\]:6379)",
+        ) {
+            let url = format!("redis://{host}/0?password={secret}");
+            let shown = redact(&url);
+            proptest::prop_assert!(!shown.contains(&secret), "{url} -> {shown}");
         }
     }
 
