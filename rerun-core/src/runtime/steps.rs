@@ -345,14 +345,20 @@ async fn record<B: Backend, T: Serialize + DeserializeOwned>(
         }
         Err(e) => {
             // A claim whose completion failed is given back so the next call need not wait
-            // out the lease: a replayable one released, a `once` one marked unknown (its body
-            // ran). Both are fenced on the claim still being in progress, so a completion that
-            // went through unheard is left as it is.
-            if !matches!(e, Error::LeaseLost { .. }) {
-                let _ = match held.claim.once {
-                    true => backend.mark_unknown(&held.claim).await,
-                    false => backend.release(&held.claim).await,
-                };
+            // out the lease: a replayable one released; a `once` one marked unknown (its body
+            // ran), but only when the store refused the result before sending it (`Codec`): a
+            // completion that timed out may still land, and marking it unknown first would
+            // lose a result that was about to be recorded.
+            let sent_nothing = matches!(e, Error::Codec { .. });
+            match (held.claim.once, &e) {
+                (_, Error::LeaseLost { .. }) => {}
+                (false, _) => {
+                    let _ = backend.release(&held.claim).await;
+                }
+                (true, _) if sent_nothing => {
+                    let _ = backend.mark_unknown(&held.claim).await;
+                }
+                (true, _) => {}
             }
             Err(e.after_body(match held.claim.once {
                 true => AfterBody::Once,

@@ -554,8 +554,6 @@ impl<C> Pooled<'_, C> {
             .ok_or_else(|| Error::store_msg(None, "a pooled PostgreSQL connection was lost"))
     }
 
-    /// Drops this connection instead of returning it, and retires the idle ones opened
-    /// before it failed.
     /// Marks a statement sent: until [`Pooled::answered`], dropping closes the connection.
     pub(crate) fn sending(&mut self) {
         self.in_flight = true;
@@ -566,6 +564,8 @@ impl<C> Pooled<'_, C> {
         self.in_flight = false;
     }
 
+    /// Drops this connection instead of returning it, and retires the idle ones opened
+    /// before it failed.
     pub(crate) fn discard(&mut self) {
         self.broken = true;
         self.pool.generation.fetch_add(1, Ordering::AcqRel);

@@ -148,8 +148,8 @@ impl Names {
                 WHERE status = 'completed';
             CREATE INDEX IF NOT EXISTS {open_index} ON {table} (scope, id)
                 WHERE status IN ('in_progress', 'unknown');
-            SELECT setval('{seq}', m) FROM (SELECT max(fence) AS m FROM {table}) t
-                WHERE m > (SELECT last_value FROM {fence_seq});
+            SELECT setval('{seq}', t.m) FROM (SELECT max(fence) AS m FROM {table}) t, {fence_seq} s
+                WHERE t.m >= s.last_value AND (t.m > s.last_value OR NOT s.is_called);
             {function_ddl}",
             codec = crate::codec::CODEC_VERSION,
             seq = fence_seq.replace('\'', "''"),

@@ -226,11 +226,20 @@ impl RedisStore {
     ) -> Result<T, Error> {
         let started = Instant::now();
         let (generation, mut conn, opened) = self.take(key, limit)?;
+        let mut budget = Budget::new(started, limit);
         // A pooled connection's timeouts are set to the call's limit only when they differ
         // from what it has (calls of one kind share a limit): two system calls saved per call,
         // for a first round trip that may end a few microseconds past the deadline. A new one
-        // has what its handshake left of the limit already.
-        if !opened && conn.timeout != limit {
+        // gets what its handshake (connecting, naming it) left of the limit.
+        if opened {
+            if let Err(e) = budget.next_trip(&mut conn.conn) {
+                self.invalidate(generation);
+                return Err(match e.is_timeout() {
+                    true => self.timed_out(key, what, limit),
+                    false => self.driver_err(key, what, e),
+                });
+            }
+        } else if conn.timeout != limit {
             let set = conn
                 .conn
                 .set_read_timeout(Some(limit))
@@ -241,7 +250,6 @@ impl RedisStore {
             }
             conn.timeout = limit;
         }
-        let mut budget = Budget::new(started, limit);
         let result = f(&mut conn.conn, &mut budget);
         if let Some(set) = budget.set {
             conn.timeout = set;

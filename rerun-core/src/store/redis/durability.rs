@@ -26,6 +26,7 @@
 use std::fmt;
 use std::time::{Duration, Instant};
 
+use super::conn::Budget;
 use redis::Connection;
 
 /// What the server keeps on disk, as read from its configuration at connect.
@@ -134,9 +135,11 @@ impl OnceDurability {
     pub(super) fn wait(
         &self,
         conn: &mut Connection,
+        budget: &mut Budget,
         until: Instant,
     ) -> redis::RedisResult<Result<(), String>> {
         if let Some((replicas, timeout)) = self.replicas {
+            budget.next_trip(conn)?;
             let timeout = bounded(timeout, until);
             let got: u64 = redis::cmd("WAIT")
                 .arg(replicas)
@@ -150,6 +153,7 @@ impl OnceDurability {
             }
         }
         if let Some((local, replicas, timeout)) = self.aof {
+            budget.next_trip(conn)?;
             let timeout = bounded(timeout, until);
             let got: (u64, u64) = redis::cmd("WAITAOF")
                 .arg(u8::from(local))

@@ -757,11 +757,7 @@ impl Store for RedisStore {
                 let waited = if claimed {
                     // A wait that cannot start in time is a wait that failed: the claim is given
                     // back below.
-                    Some(
-                        budget
-                            .next_trip(conn)
-                            .and_then(|()| durability.wait(conn, until)),
-                    )
+                    Some(durability.wait(conn, budget, until))
                 } else {
                     None
                 };
