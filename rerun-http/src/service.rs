@@ -439,17 +439,18 @@ async fn unless_left<F: Future, T>(
     out
 }
 
-/// Whether `headers` (a response's, or its trailers) carry a gRPC status that the standard
-/// mapping of gRPC codes to HTTP answers with a 5xx: UNKNOWN, DEADLINE_EXCEEDED, UNIMPLEMENTED,
-/// INTERNAL, UNAVAILABLE, DATA_LOSS. Such an answer says "try again", as a 5xx does, so it is not
-/// recorded; every other status (OK and the 4xx-like ones) is an answer a retry would get
+/// Whether `headers` (a response's, or its trailers) carry a gRPC status that says "try
+/// again", as a 5xx does, so that it is not recorded: the ones the standard mapping of gRPC
+/// codes to HTTP answers with a 5xx (UNKNOWN, DEADLINE_EXCEEDED, UNIMPLEMENTED, INTERNAL,
+/// UNAVAILABLE, DATA_LOSS), and CANCELLED and ABORTED, which gRPC defines as retried at a
+/// higher level. Every other status (OK and the 4xx-like ones) is an answer a retry would get
 /// again.
 fn grpc_failed(headers: &http::HeaderMap) -> bool {
     headers
         .get("grpc-status")
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<u32>().ok())
-        .is_some_and(|code| matches!(code, 2 | 4 | 12 | 13 | 14 | 15))
+        .is_some_and(|code| matches!(code, 1 | 2 | 4 | 10 | 12 | 13 | 14 | 15))
 }
 
 /// Whether a response is a stream of server-sent events, which is never recorded.
