@@ -57,6 +57,9 @@ pub(crate) trait Source: Send {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Phase {
     Running,
+    /// Fetching stopped: a message held for a delayed redelivery is handed back at once (no
+    /// handler runs on it), so that it does not hold the shutdown up for its delay.
+    Draining,
     /// Grace is over: cut handlers short and give their messages back.
     Abort,
 }
@@ -128,6 +131,7 @@ where
             settle(&delivery, &handled, action, retry_after, &report, phase).await;
         });
     }
+    let _ = phase_tx.send(Phase::Draining);
     source.stop().await;
     // Stop fetching is done; in-flight handlers get the grace period to finish.
     let drained = tokio::time::timeout(settings.grace, async {
@@ -225,12 +229,16 @@ async fn aborted(phase: &mut watch::Receiver<Phase>) {
     let _ = phase.wait_for(|p| *p >= Phase::Abort).await;
 }
 
+async fn draining(phase: &mut watch::Receiver<Phase>) {
+    let _ = phase.wait_for(|p| *p >= Phase::Draining).await;
+}
+
 fn count(report: &Mutex<Report>, f: impl FnOnce(&mut Report)) {
     f(&mut report.lock().unwrap_or_else(|p| p.into_inner()));
 }
 
-/// Hands the message back to come again after `after`, or at once if the shutdown's grace
-/// runs out meanwhile.
+/// Hands the message back to come again after `after`, or at once if the consumer starts
+/// shutting down meanwhile.
 async fn redeliver<D: Delivery>(
     delivery: &D,
     after: Duration,
@@ -240,8 +248,8 @@ async fn redeliver<D: Delivery>(
 ) -> Result<(), String> {
     let r = tokio::select! {
         r = delivery.redeliver(after, failed) => r,
-        // A delayed requeue is not held up by a shutdown.
-        _ = aborted(phase) => delivery.release().await,
+        // A delayed requeue does not hold a shutdown up.
+        _ = draining(phase) => delivery.release().await,
     };
     if r.is_ok() {
         count(report, |r| r.redelivered += 1);

@@ -102,7 +102,43 @@ on_both!(
     a_panicking_handler_is_retried_then_dead_lettered,
     one_at_a_time_every_message_comes_in_turn,
     any_count_of_handlers_is_taken,
+    a_message_waiting_out_its_backoff_does_not_hold_up_shutdown,
 );
+
+/// A message whose handler failed and that waits out a long backoff (AMQP holds the delivery
+/// meanwhile) is handed back as soon as the consumer stops fetching: the shutdown does not
+/// wait the grace for it.
+async fn a_message_waiting_out_its_backoff_does_not_hold_up_shutdown(broker: Broker) {
+    let Some(rig) = rig(broker, "backoff-stop").await else {
+        return;
+    };
+    let runs = Arc::new(AtomicUsize::new(0));
+    let r = runs.clone();
+    let h = handler::typed(Arc::new(MemoryStore::new()), move |_: Order| {
+        let r = r.clone();
+        async move {
+            r.fetch_add(1, Ordering::SeqCst);
+            Err::<u64, _>(Error::store_msg(None, "the database is restarting"))
+        }
+    });
+    let settings = Settings::new()
+        .grace(Duration::from_secs(20))
+        .policy(Policy::new().backoff(Duration::from_secs(60), Duration::from_secs(60)));
+    rig.publish(&order("o-backoff"), Some("m-backoff")).await;
+    let started = Instant::now();
+    let report = consume_until(&rig, h, settings, || {
+        let r = runs.load(Ordering::SeqCst);
+        async move { r >= 1 }
+    })
+    .await;
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "the shutdown waited {:?} (grace 20 s)",
+        started.elapsed()
+    );
+    assert_eq!(report.redelivered, 1, "{report:?}");
+    rig.cleanup().await;
+}
 
 /// Row 1: ran and recorded → ack; the same event again (another message id) → replayed, ack.
 async fn acks_what_ran_and_what_replayed(broker: Broker) {
