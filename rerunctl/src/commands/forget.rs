@@ -140,11 +140,18 @@ pub fn run(ctx: &Context, args: &Args) -> Result<(), Failure> {
     // status changed or it became a live claim again (unless forced) while the question waited.
     if let Some(shown) = &record {
         let now = opened.store.inspect(&key);
-        let same = matches!(&now, Ok(Some(r)) if r.fence == shown.fence
-            && r.status == shown.status
-            && (args.force || !output::is_live_claim(r)));
-        if !same {
-            return Err(changed(&opened, &typed, now));
+        match &now {
+            Ok(Some(r)) if r.fence == shown.fence && r.status == shown.status => {
+                if !args.force && output::is_live_claim(r) {
+                    return Err(Failure::refused(format!(
+                        "{typed} became a live claim again while the question waited (its holder renewed its lease): not forgetting it"
+                    ))
+                    .help(format!(
+                        "wait for it to finish (`rerunctl show {typed}`); if you know its holder is gone for good, `rerunctl forget {typed} --force`"
+                    )));
+                }
+            }
+            _ => return Err(changed(&opened, &typed, now)),
         }
     }
     // An unreadable
