@@ -223,11 +223,11 @@ impl<'s, 'p, S: Store + ?Sized> Recover<'s, 'p, S> {
             {
                 done.unreadable += 1;
                 if matches!(bad.kind, CorruptKind::UnknownVersion { .. }) {
-                    tracing::warn!(key = %bad.key, problem = %bad.kind, "rerun recovery: a record written by a newer rerun cannot be read here; it is left as it is (a process of that version recovers it)");
+                    tracing::warn!(key = %crate::runtime::telemetry::key_field(&bad.key), problem = %bad.kind, "rerun recovery: a record written by a newer rerun cannot be read here; it is left as it is (a process of that version recovers it)");
                 } else if matches!(bad.kind, CorruptKind::ForeignKey(_)) {
-                    tracing::warn!(key = %bad.key, problem = %bad.kind, "rerun recovery: a key rerun never writes is among the records; it is left as it is (no call reaches it: delete it with the store's own client)");
+                    tracing::warn!(key = %crate::runtime::telemetry::key_field(&bad.key), problem = %bad.kind, "rerun recovery: a key rerun never writes is among the records; it is left as it is (no call reaches it: delete it with the store's own client)");
                 } else {
-                    tracing::warn!(key = %bad.key, problem = %bad.kind, "rerun recovery: a record cannot be read; it is left as it is, and its calls fail with Corrupt until an operator forgets it");
+                    tracing::warn!(key = %crate::runtime::telemetry::key_field(&bad.key), problem = %bad.kind, "rerun recovery: a record cannot be read; it is left as it is, and its calls fail with Corrupt until an operator forgets it");
                 }
             }
             for record in page.records.iter().filter(|r| filter.matches(r)) {
@@ -306,7 +306,7 @@ fn settle<S: Store + ?Sized>(
         // Rewritten meanwhile into what this build cannot read (by a newer rerun that took
         // it over, say): left as it is, as the scan leaves such records, and the run goes on.
         Err(Error::Corrupt { key, kind }) => {
-            tracing::warn!(key = %key, problem = %kind, "rerun recovery: a stale claim was rewritten meanwhile into a record this build cannot read; it is left as it is");
+            tracing::warn!(key = %crate::runtime::telemetry::key_field(&key), problem = %kind, "rerun recovery: a stale claim was rewritten meanwhile into a record this build cannot read; it is left as it is");
             done.unreadable += 1;
         }
         Err(e) => return Err(e),

@@ -303,7 +303,7 @@ where
             let answered = answered.lock().unwrap_or_else(|p| p.into_inner()).take();
             match answered.map(|r| r.into_response(false)) {
                 Some(Ok(response)) => {
-                    tracing::info!(error = %e, "rerun-http: the store would not record the response; it was returned unrecorded");
+                    tracing::info!(error = %rerun_core::telemetry::error_field(&e), "rerun-http: the store would not record the response; it was returned unrecorded");
                     Ok(response)
                 }
                 _ => Ok(problem_of(&e)),
@@ -373,9 +373,11 @@ fn handler_failed<B>() -> Response<ResponseBody<B>> {
 fn problem_of<B>(e: &Error) -> Response<ResponseBody<B>> {
     match e {
         Error::InProgress { .. } | Error::PayloadMismatch { .. } => {
-            tracing::debug!(error = %e, "rerun-http: request refused")
+            tracing::debug!(error = %rerun_core::telemetry::error_field(e), "rerun-http: request refused")
         }
-        _ => tracing::warn!(error = %e, "rerun-http: request failed"),
+        _ => {
+            tracing::warn!(error = %rerun_core::telemetry::error_field(e), "rerun-http: request failed")
+        }
     }
     e.problem().into_response()
 }

@@ -131,7 +131,14 @@ impl Failure {
             _ if error.is_retryable() => FailureKind::Retryable,
             _ => FailureKind::Fatal,
         };
-        Failure::new(kind, error.to_string())
+        // With `redact_keys`, rerun's key is a digest here too: the reason is logged and sent
+        // along with a dead letter.
+        let mut reason = error.to_string();
+        if let Some(key) = error.rerun_error().and_then(rerun_core::Error::key) {
+            let shown = format!("key {}", rerun_core::telemetry::key_field(key));
+            reason = reason.replace(&key.to_string(), &shown);
+        }
+        Failure::new(kind, reason)
     }
 }
 

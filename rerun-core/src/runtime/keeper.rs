@@ -409,7 +409,7 @@ impl Keeper {
             if !l.lapsed && l.safe_until <= now {
                 l.lapsed = true;
                 tracing::warn!(
-                    key = %l.claim.key,
+                    key = %telemetry::key_field(&l.claim.key),
                     fence = l.claim.fence,
                     lease = ?l.lease,
                     "rerun: a lease ran out before it could be renewed; another caller may take the key over, and this attempt's result will then not be recorded"
@@ -490,17 +490,17 @@ impl Keeper {
                 l.safe_until = later(sent, lease);
                 if l.lapsed && l.safe_until > now {
                     l.lapsed = false;
-                    tracing::info!(key = %claim.key, fence = claim.fence, "rerun: a lapsed lease was renewed after all; the claim still stands");
+                    tracing::info!(key = %telemetry::key_field(&claim.key), fence = claim.fence, "rerun: a lapsed lease was renewed after all; the claim still stands");
                 }
                 later(now, renew_interval(lease))
             }
             Err(Error::LeaseLost { .. }) => {
                 l.lost = true;
-                tracing::warn!(key = %claim.key, fence = claim.fence, "rerun: the lease was taken over while the body ran; its result will not be recorded");
+                tracing::warn!(key = %telemetry::key_field(&claim.key), fence = claim.fence, "rerun: the lease was taken over while the body ran; its result will not be recorded");
                 return;
             }
             Err(e) => {
-                tracing::warn!(key = %claim.key, fence = claim.fence, error = %e, "rerun: renewing a lease failed; retrying");
+                tracing::warn!(key = %telemetry::key_field(&claim.key), fence = claim.fence, error = %telemetry::error_field(&e), "rerun: renewing a lease failed; retrying");
                 later(now, retry_interval(lease))
             }
         };
@@ -543,7 +543,7 @@ fn run_job(job: Job) {
     match result {
         Ok(()) | Err(Error::LeaseLost { .. }) => {}
         Err(e) => {
-            tracing::warn!(%key, error = %e, "rerun: could not give back the claim of a dropped call; its lease will end it")
+            tracing::warn!(key = %telemetry::key_field(&key), error = %telemetry::error_field(&e), "rerun: could not give back the claim of a dropped call; its lease will end it")
         }
     }
 }

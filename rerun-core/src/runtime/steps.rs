@@ -277,7 +277,7 @@ impl Drop for Held {
                 Job::MarkUnknown(s, c) => s.mark_unknown(c),
             };
             if let Err(e) = result {
-                tracing::warn!(key = %self.claim.key, error = %e, "rerun: could not give back the claim of an interrupted call; its lease will end it");
+                tracing::warn!(key = %telemetry::key_field(&self.claim.key), error = %telemetry::error_field(&e), "rerun: could not give back the claim of an interrupted call; its lease will end it");
             }
         }
     }
@@ -294,7 +294,7 @@ async fn give_back<B: Backend>(backend: &B, held: &mut Held) {
     match result {
         Ok(()) => checkpoint::hit(Point::Released),
         Err(e) => {
-            tracing::warn!(key = %held.claim.key, error = %e, "rerun: could not give back the claim; its lease will end it")
+            tracing::warn!(key = %telemetry::key_field(&held.claim.key), error = %telemetry::error_field(&e), "rerun: could not give back the claim; its lease will end it")
         }
     }
 }
@@ -338,7 +338,7 @@ async fn record<B: Backend, T: Serialize + DeserializeOwned>(
         // The lease could not be kept up (the store hung, or the claim was taken over) and
         // the completion did not go through: the claim is lost as far as this attempt knows.
         Err(e) if lease.lost() && !matches!(e, Error::LeaseLost { .. }) => {
-            tracing::warn!(key = %held.claim.key, fence = held.claim.fence, error = %e, "rerun: the result could not be recorded after the lease lapsed");
+            tracing::warn!(key = %telemetry::key_field(&held.claim.key), fence = held.claim.fence, error = %telemetry::error_field(&e), "rerun: the result could not be recorded after the lease lapsed");
             Err(Error::LeaseLost {
                 key: held.claim.key.clone(),
             })
@@ -544,7 +544,7 @@ where
             false => backend.release(&held.claim).await,
         };
         if let Err(e) = given {
-            tracing::warn!(key = %held.claim.key, error = %e, "rerun: could not give back the claim; its lease will end it");
+            tracing::warn!(key = %telemetry::key_field(&held.claim.key), error = %telemetry::error_field(&e), "rerun: could not give back the claim; its lease will end it");
         }
         let e = Error::store_msg(
             Some(key),
@@ -628,7 +628,7 @@ where
                     tracing::info!("rerun: the body failed; the claim was given back, and the next call runs afresh");
                 }
                 Err(err) => {
-                    tracing::warn!(%key, error = %err, "rerun: could not release the claim after the body failed; its lease will end it")
+                    tracing::warn!(key = %telemetry::key_field(key), error = %telemetry::error_field(&err), "rerun: could not release the claim after the body failed; its lease will end it")
                 }
             }
             report.verdict = Verdict::Failed;
@@ -642,6 +642,6 @@ where
 async fn give_back_unknown<B: Backend>(backend: &B, held: &mut Held) {
     held.settle();
     if let Err(e) = backend.mark_unknown(&held.claim).await {
-        tracing::warn!(key = %held.claim.key, error = %e, "rerun: could not mark the outcome unknown; the lease will");
+        tracing::warn!(key = %telemetry::key_field(&held.claim.key), error = %telemetry::error_field(&e), "rerun: could not mark the outcome unknown; the lease will");
     }
 }

@@ -51,6 +51,28 @@ pub fn redact_keys(on: bool) {
     REDACT.store(on, Ordering::Relaxed);
 }
 
+/// An error as logs show it: with [`redact_keys`], the key it names is shown as its digest,
+/// as [`key_field`] shows it, wherever the message repeats it.
+///
+/// ```
+/// use rerun_core::{telemetry, Error, Key};
+/// let e = Error::outcome_unknown(&Key::new("mail.send", "ann@example.com"));
+/// assert!(telemetry::error_field(&e).contains("ann@example.com"));
+/// telemetry::redact_keys(true);
+/// let shown = telemetry::error_field(&e);
+/// telemetry::redact_keys(false);
+/// assert!(!shown.contains("ann@example.com") && shown.contains("sha256:"));
+/// ```
+pub fn error_field(e: &Error) -> String {
+    let text = e.to_string();
+    match e.key() {
+        Some(key) if REDACT.load(Ordering::Relaxed) => {
+            text.replace(&key.to_string(), &format!("key {}", key_field(key)))
+        }
+        _ => text,
+    }
+}
+
 /// A key as logs show it: readable, or a digest with [`redact_keys`].
 pub fn key_field(key: &Key) -> String {
     if REDACT.load(Ordering::Relaxed) {

@@ -773,7 +773,7 @@ impl Store for RedisStore {
                         false => self.release(&claim),
                     };
                     if let Err(e) = given {
-                        tracing::warn!(key = %claim.key, error = %e, "rerun: could not give back a claim that did not reach its durability; its lease will end it");
+                        tracing::warn!(key = %crate::runtime::telemetry::key_field(&claim.key), error = %crate::runtime::telemetry::error_field(&e), "rerun: could not give back a claim that did not reach its durability; its lease will end it");
                     }
                 }
                 Err(e)
@@ -1025,7 +1025,7 @@ impl AsyncStore for RedisStore {
                             false => self.release_async(&claim).await,
                         };
                         if let Err(e) = given {
-                            tracing::warn!(key = %claim.key, error = %e, "rerun: could not give back a claim that did not reach its durability; its lease will end it");
+                            tracing::warn!(key = %crate::runtime::telemetry::key_field(&claim.key), error = %crate::runtime::telemetry::error_field(&e), "rerun: could not give back a claim that did not reach its durability; its lease will end it");
                         }
                     }
                     Err(e)
