@@ -543,7 +543,7 @@ fn run_job(job: Job) {
     match result {
         Ok(()) | Err(Error::LeaseLost { .. }) => {}
         Err(e) => {
-            tracing::warn!(key = %telemetry::key_field(&key), error = %telemetry::error_field(&e), "rerun: could not give back the claim of a dropped call; its lease will end it")
+            tracing::warn!(key = %telemetry::key_field(key), error = %telemetry::error_field(&e), "rerun: could not give back the claim of a dropped call; its lease will end it")
         }
     }
 }
