@@ -46,18 +46,20 @@ fn worker(dir: &Path, store: &SqliteStore) -> i32 {
     }
 }
 
-/// Forks a process that opens `stores` stores on `db`, uses each, forks the worker on the
-/// first, and exits at once; waits for that process's exit.
+/// Forks a process that opens a store on each of `dbs` (one file, perhaps under several
+/// spellings), uses each, forks the worker on the first, and exits at once; waits for that
+/// process's exit.
 #[allow(unsafe_code)]
-fn start(dir: &Path, db: &Path, stores: usize) {
+fn start(dir: &Path, dbs: &[PathBuf]) {
     // SAFETY: the forked processes run only on the thread that forked (this test is the
     // binary's only one), use rerun's fork-aware state, and leave with `_exit`, never
     // returning into the test harness.
     match unsafe { nix::unistd::fork() } {
         Ok(nix::unistd::ForkResult::Child) => {
             let status = (|| {
-                let opened: Vec<SqliteStore> = (0..stores)
-                    .map(|_| SqliteStore::open(db))
+                let opened: Vec<SqliteStore> = dbs
+                    .iter()
+                    .map(SqliteStore::open)
                     .collect::<Result<_, _>>()
                     .ok()?;
                 for store in &opened {
@@ -95,7 +97,7 @@ fn a_forked_workers_record_reaches_other_processes_after_its_parent_exits() {
     let dir: PathBuf = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}")).keep();
     let db = dir.join("rerun.sqlite3");
     let key = Key::new("fork.sqlite", "k");
-    start(&dir, &db, 1);
+    start(&dir, std::slice::from_ref(&db));
     assert!(
         wait_for(&dir.join("claimed"), Duration::from_secs(20)),
         "the worker claimed"
@@ -126,7 +128,7 @@ fn a_forked_workers_record_reaches_other_processes_after_its_parent_exits() {
     // reach, so the worker's store refuses to open a connection, saying why, and nothing runs.
     let _ = std::fs::remove_file(dir.join("claimed"));
     let db2 = dir.join("two-stores.sqlite3");
-    start(&dir, &db2, 2);
+    start(&dir, &[db2.clone(), db2]);
     assert!(
         wait_for(&dir.join("error"), Duration::from_secs(20)),
         "the worker refused"
@@ -136,6 +138,28 @@ fn a_forked_workers_record_reaches_other_processes_after_its_parent_exits() {
         why.contains("forked") && why.contains("one SqliteStore per file"),
         "{why}"
     );
+    assert!(!dir.join("claimed").exists(), "the body never ran");
+
+    // The same with the second store opened through a linked folder and a `..`: one file
+    // under three spellings is still one file.
+    let _ = std::fs::remove_file(dir.join("error"));
+    std::os::unix::fs::symlink(&dir, dir.join("linked")).unwrap_or_else(|e| panic!("{e}"));
+    let db3 = dir.join("spelled.sqlite3");
+    let spellings = [
+        db3.clone(),
+        dir.join("linked").join("spelled.sqlite3"),
+        dir.join("linked")
+            .join("..")
+            .join(dir.file_name().unwrap_or_default())
+            .join("spelled.sqlite3"),
+    ];
+    start(&dir, &spellings);
+    assert!(
+        wait_for(&dir.join("error"), Duration::from_secs(20)),
+        "the worker refused with stores of other spellings"
+    );
+    let why = std::fs::read_to_string(dir.join("error")).unwrap_or_default();
+    assert!(why.contains("one SqliteStore per file"), "{why}");
     assert!(!dir.join("claimed").exists(), "the body never ran");
     let _ = std::fs::remove_dir_all(&dir);
 }

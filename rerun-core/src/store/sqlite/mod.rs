@@ -270,7 +270,10 @@ impl SqliteStore {
                 Err(e) => return Err(io_err(format!("checking the filesystem of {}", path.display()), e)),
             }
         }
-        let pool = Pool::new(&path, options.max_connections, options.max_idle);
+        // Connections are counted per file, for the fork check, by the file's real path (links
+        // and `..` resolved), as SQLite itself tells files apart: two stores of one file opened
+        // under two spellings count as one file.
+        let pool = Pool::new(&real_path(&path), options.max_connections, options.max_idle);
         let inner = Arc::new_cyclic(|me| Inner {
             me: me.clone(),
             path,
@@ -290,6 +293,20 @@ impl SqliteStore {
     /// How many connections are open now (idle or in use).
     pub fn open_connections(&self) -> usize {
         self.inner.pool.open_connections()
+    }
+}
+
+/// The file's path with links and `..` resolved: of the file when it exists, else of its
+/// folder (made above) joined with its name.
+fn real_path(path: &Path) -> PathBuf {
+    if let Ok(real) = std::fs::canonicalize(path) {
+        return real;
+    }
+    match (path.parent(), path.file_name()) {
+        (Some(folder), Some(name)) => std::fs::canonicalize(folder)
+            .map(|folder| folder.join(name))
+            .unwrap_or_else(|_| path.to_owned()),
+        _ => path.to_owned(),
     }
 }
 
