@@ -297,6 +297,7 @@ fn a_response_the_store_will_not_keep_is_returned_unrecorded() {
         return;
     };
     let table = support::unique("limit").to_ascii_lowercase();
+    let _dropped = DropTable(url.clone(), table.clone());
     let store = rerun_core::PostgresStore::builder(&url)
         .table(&table)
         .max_result_bytes(64)
@@ -343,5 +344,13 @@ fn a_response_the_store_will_not_keep_is_returned_unrecorded() {
         let expected = if once { 1 } else { 2 };
         assert_eq!(runs.load(Ordering::SeqCst), expected, "once: {once}");
     }
-    support::drop_table(&url, &table);
+}
+
+/// Drops a test's table when the test ends, passed or failed.
+struct DropTable(String, String);
+
+impl Drop for DropTable {
+    fn drop(&mut self) {
+        support::drop_table(&self.0, &self.1);
+    }
 }
