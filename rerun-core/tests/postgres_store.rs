@@ -1296,12 +1296,19 @@ fn schema_1_table(url: &str, table: &str, records: u32) {
 
 /// Connects `instances` stores to `table` at once (each on its own thread, with `op_timeout`
 /// when given) and asserts every one connected.
+///
+/// Every other instance names the table with its schema (`public`), the others through
+/// `search_path`: both spellings of one table take one migration lock.
 fn connect_together(url: &str, table: &str, instances: usize, op_timeout: Option<Duration>) {
     let openers: Vec<_> = (0..instances)
-        .map(|_| {
+        .map(|i| {
             let (url, table) = (url.to_owned(), table.to_owned());
             std::thread::spawn(move || {
                 let builder = PostgresStore::builder(&url).table(&table);
+                let builder = match i % 2 {
+                    0 => builder,
+                    _ => builder.schema("public"),
+                };
                 match op_timeout {
                     Some(limit) => builder.op_timeout(limit),
                     None => builder,

@@ -375,11 +375,9 @@ impl PostgresStore {
                 // A table of an older schema is migrated once, by whichever instance takes
                 // the lock first; the others find it migrated.
                 if schema_version(client, names).await? == Some(1) {
-                    let lock = sql::migration_lock_id(names);
                     let tx = client.transaction().await?;
                     tx.batch_execute("SET LOCAL statement_timeout = 0").await?;
-                    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&lock])
-                        .await?;
+                    tx.execute(sql::MIGRATION_LOCK, &[&names.records]).await?;
                     if schema_version(&tx, names).await? == Some(1) {
                         tx.batch_execute(&names.migration_1_to_2()).await?;
                     }

@@ -536,7 +536,7 @@ pub(crate) fn from_text(s: &str) -> Option<std::borrow::Cow<'_, str>> {
 /// The advisory-lock id `connect` creates rerun's tables under: one for the whole database, so
 /// that stores of different tables created at once in a new schema (or one named by
 /// `search_path` and one by name) do not race each other's `CREATE … IF NOT EXISTS`. A fixed
-/// number (the bytes `rerun\0tc`), apart from every table's [`migration_lock_id`] (a hash).
+/// number (the bytes `rerun\0tc`), apart from every table's [`MIGRATION_LOCK`] (a hash).
 pub(crate) const CREATION_LOCK_ID: i64 = i64::from_le_bytes(*b"rerun\0tc");
 
 /// How many bytes `s` takes as [`to_text`] stores it: a NUL or a backslash takes two.
@@ -544,14 +544,12 @@ pub(crate) fn text_len(s: &str) -> usize {
     s.len() + s.bytes().filter(|&b| b == b'\\' || b == 0).count()
 }
 
-/// A stable advisory-lock id for one table's migration.
-pub(crate) fn migration_lock_id(names: &Names) -> i64 {
-    use sha2::{Digest, Sha256};
-    let digest = Sha256::digest(format!("rerun schema {}", names.records).as_bytes());
-    let mut bytes = [0u8; 8];
-    bytes.copy_from_slice(&digest[..8]);
-    i64::from_le_bytes(bytes)
-}
+/// Takes one table's migration lock (`$1`: the table's quoted name), an advisory lock whose
+/// id is a hash of the table's oid: instances that name one table differently (with its
+/// schema, or through `search_path`) take the same lock.
+pub(crate) const MIGRATION_LOCK: &str =
+    "SELECT pg_advisory_xact_lock(('x' || substr(md5('rerun schema ' || \
+     coalesce(to_regclass($1)::oid::text, $1)), 1, 16))::bit(64)::bigint)";
 
 #[cfg(test)]
 mod tests {
