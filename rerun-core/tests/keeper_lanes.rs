@@ -1,7 +1,9 @@
 //! One store that hangs with many claims in flight does not hold up the lease renewals of
 //! another (contract 6.7): the renewals of one store run on a share of the keeper's workers,
-//! and the rest stay free for the others.
+//! the rest stay free for the others, a store with none running gets a worker even when every
+//! worker is taken, and the keeper's scheduler never calls a store (not even `describe`).
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -9,14 +11,47 @@ use rerun_core::record::{Claim, ClaimRequest, ClaimResponse, RecordView};
 use rerun_core::store::ScanPage;
 use rerun_core::{Call, Error, Fingerprint, Holder, Key, MemoryStore, Store};
 
-/// A memory store whose renewals hang until the gate opens.
+/// What a [`Hanging`] store hangs in until its gate opens.
+#[derive(Clone, Copy)]
+enum Hangs {
+    /// Every renewal.
+    Renew,
+    /// `describe`, once armed.
+    Describe,
+}
+
+/// A memory store that hangs until the gate opens, in its renewals or in `describe`.
 #[derive(Clone)]
 struct Hanging {
     inner: MemoryStore,
+    name: String,
+    hangs: Hangs,
+    armed: Arc<AtomicBool>,
     gate: Arc<(Mutex<bool>, Condvar)>,
 }
 
 impl Hanging {
+    fn new(name: &str, hangs: Hangs) -> Hanging {
+        Hanging {
+            inner: MemoryStore::new(),
+            name: name.to_owned(),
+            hangs,
+            armed: Arc::new(AtomicBool::new(matches!(hangs, Hangs::Renew))),
+            gate: Arc::new((Mutex::new(false), Condvar::new())),
+        }
+    }
+
+    fn wait(&self) {
+        if !self.armed.load(Ordering::SeqCst) {
+            return;
+        }
+        let (open, cv) = &*self.gate;
+        let mut open = open.lock().unwrap_or_else(|p| p.into_inner());
+        while !*open {
+            open = cv.wait(open).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
     fn open(&self) {
         let (open, cv) = &*self.gate;
         *open.lock().unwrap_or_else(|p| p.into_inner()) = true;
@@ -35,12 +70,9 @@ impl Store for Hanging {
         self.inner.release(claim)
     }
     fn renew(&self, claim: &Claim, lease: Duration) -> Result<(), Error> {
-        let (open, cv) = &*self.gate;
-        let mut open = open.lock().unwrap_or_else(|p| p.into_inner());
-        while !*open {
-            open = cv.wait(open).unwrap_or_else(|p| p.into_inner());
+        if matches!(self.hangs, Hangs::Renew) {
+            self.wait();
         }
-        drop(open);
         self.inner.renew(claim, lease)
     }
     fn mark_unknown(&self, claim: &Claim) -> Result<(), Error> {
@@ -62,68 +94,111 @@ impl Store for Hanging {
         Arc::new(self.clone())
     }
     fn describe(&self) -> String {
-        "a memory store whose renewals hang".to_owned()
+        if matches!(self.hangs, Hangs::Describe) {
+            self.wait();
+        }
+        format!("a memory store that hangs ({})", self.name)
     }
+}
+
+const LEASE: Duration = Duration::from_secs(1);
+
+/// Starts `claims` calls on `store`, each with a body longer than two leases, whose renewals
+/// hang (or whose `describe` does, once armed by the first body).
+fn start_hanging<'s>(s: &'s std::thread::Scope<'s, '_>, store: &'s Hanging, claims: u32) {
+    for i in 0..claims {
+        s.spawn(move || {
+            Call::new("lanes.hanging", &i).lease(LEASE).run(store, || {
+                store.armed.store(true, Ordering::SeqCst);
+                std::thread::sleep(Duration::from_millis(2_500));
+                Ok::<_, Error>(i)
+            })
+        });
+    }
+}
+
+/// Runs a call on a healthy store whose body is longer than two leases, after the hanging
+/// calls started, and checks that a contender finds its key busy past its first lease: only
+/// renewals keep it.
+fn healthy_claim_is_renewed<'s>(s: &'s std::thread::Scope<'s, '_>) {
+    let healthy = MemoryStore::new();
+    // Queued behind them: the healthy store's renewals, due a little later.
+    std::thread::sleep(Duration::from_millis(200));
+    let held = s.spawn({
+        let healthy = healthy.clone();
+        move || {
+            Call::new("lanes.healthy", "k")
+                .lease(LEASE)
+                .run(&healthy, || {
+                    std::thread::sleep(Duration::from_millis(2_500));
+                    Ok::<_, Error>(1u32)
+                })
+        }
+    });
+    std::thread::sleep(Duration::from_millis(1_300));
+    let key = Key::new("lanes.healthy", "k");
+    let contender = Holder::current();
+    let until = Instant::now() + Duration::from_millis(800);
+    while Instant::now() < until {
+        let answer = healthy.claim(&ClaimRequest {
+            key: &key,
+            fingerprint: &Fingerprint::EMPTY,
+            holder: &contender,
+            lease: LEASE,
+            once: false,
+            steal: None,
+        });
+        assert!(
+            matches!(answer, Ok(ClaimResponse::Busy(_))),
+            "the healthy claim was not renewed: {answer:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = held
+        .join()
+        .unwrap_or_else(|_| panic!("the healthy call panicked"));
+    assert!(matches!(&out, Ok(o) if o.value == 1), "{out:?}");
 }
 
 #[test]
 fn a_store_hanging_with_many_claims_leaves_workers_to_another() {
-    let hanging = Hanging {
-        inner: MemoryStore::new(),
-        gate: Arc::new((Mutex::new(false), Condvar::new())),
-    };
-    let healthy = MemoryStore::new();
-    let lease = Duration::from_secs(1);
+    // More claims in flight on the hanging store than the keeper has workers: each one's
+    // first renewal (a third of the lease in) hangs.
+    let hanging = Hanging::new("one", Hangs::Renew);
     std::thread::scope(|s| {
-        // More claims in flight on the hanging store than the keeper has workers: each one's
-        // first renewal (a third of the lease in) hangs.
-        for i in 0..80u32 {
-            let hanging = &hanging;
-            s.spawn(move || {
-                Call::new("lanes.hanging", &i)
-                    .lease(lease)
-                    .run(hanging, || {
-                        std::thread::sleep(Duration::from_millis(2_500));
-                        Ok::<_, Error>(i)
-                    })
-            });
+        start_hanging(s, &hanging, 80);
+        healthy_claim_is_renewed(s);
+        hanging.open();
+    });
+}
+
+#[test]
+fn stores_hanging_with_every_worker_between_them_leave_one_to_another() {
+    // Five stores with more claims each than their share of workers: between them they hold
+    // every worker, and the healthy store has none running.
+    let hanging: Vec<Hanging> = (0..5)
+        .map(|i| Hanging::new(&format!("store {i}"), Hangs::Renew))
+        .collect();
+    std::thread::scope(|s| {
+        for store in &hanging {
+            start_hanging(s, store, 20);
         }
-        // Queued behind them: the healthy store's renewals, due a little later.
-        std::thread::sleep(Duration::from_millis(200));
-        let healthy = &healthy;
-        let held = s.spawn(move || {
-            Call::new("lanes.healthy", "k")
-                .lease(lease)
-                .run(healthy, || {
-                    std::thread::sleep(Duration::from_millis(2_500));
-                    Ok::<_, Error>(1u32)
-                })
-        });
-        // Past the first lease: only renewals keep the healthy claim. A contender must find
-        // it busy, every time it looks.
-        std::thread::sleep(Duration::from_millis(1_300));
-        let key = Key::new("lanes.healthy", "k");
-        let contender = Holder::current();
-        let until = Instant::now() + Duration::from_millis(800);
-        while Instant::now() < until {
-            let answer = healthy.claim(&ClaimRequest {
-                key: &key,
-                fingerprint: &Fingerprint::EMPTY,
-                holder: &contender,
-                lease,
-                once: false,
-                steal: None,
-            });
-            assert!(
-                matches!(answer, Ok(ClaimResponse::Busy(_))),
-                "the healthy claim was not renewed: {answer:?}"
-            );
-            std::thread::sleep(Duration::from_millis(50));
+        healthy_claim_is_renewed(s);
+        for store in &hanging {
+            store.open();
         }
-        let out = held
-            .join()
-            .unwrap_or_else(|_| panic!("the healthy call panicked"));
-        assert!(matches!(&out, Ok(o) if o.value == 1), "{out:?}");
+    });
+}
+
+#[test]
+fn a_store_whose_describe_hangs_holds_up_no_renewal() {
+    // Its `describe` hangs from the moment its body starts (a store guarding its description
+    // with a lock a hung operation holds, say): the keeper's scheduler must not be the one
+    // waiting for it.
+    let hanging = Hanging::new("describe", Hangs::Describe);
+    std::thread::scope(|s| {
+        start_hanging(s, &hanging, 1);
+        healthy_claim_is_renewed(s);
         hanging.open();
     });
 }

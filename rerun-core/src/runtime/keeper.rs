@@ -11,7 +11,9 @@
 //!   worker until its store's deadline, and every other claim keeps being renewed meanwhile:
 //!   the tasks of one store (told apart by [`Store::describe`]) run on at most
 //!   [`MAX_WORKERS_PER_STORE`] workers at once, so a store that hangs with many claims in flight
-//!   leaves the other workers to the other stores.
+//!   leaves the other workers to the other stores; a free worker takes a task of the store with
+//!   the fewest running, and a store with none running gets a worker even when all
+//!   [`MAX_WORKERS`] are busy (so the threads number at most that plus one per store).
 //!
 //! A store call that panics (a store a user wrote, say) is caught and logged; so is a waker that
 //! panics. The keeper keeps going.
@@ -53,6 +55,9 @@ const WORKER_IDLE: Duration = Duration::from_secs(10);
 
 struct Lease {
     store: Arc<dyn Store>,
+    /// The store's lane, told when the claim was watched: the scheduler never calls a store,
+    /// not even its `describe`.
+    lane: Lane,
     claim: Claim,
     lease: Duration,
     /// When to renew next.
@@ -114,8 +119,9 @@ type Task = Box<dyn FnOnce() + Send + 'static>;
 /// The store a task calls, as a hash of its description: tasks of one store share a lane.
 type Lane = u64;
 
-/// The lane of `store`'s tasks. `describe` is a store's own code, called outside every lock
-/// of the keeper; one that panics puts its store's tasks in lane 0.
+/// The lane of `store`'s tasks. `describe` is a store's own code, called on the caller's thread
+/// (when a claim is watched or a job submitted), outside every lock of the keeper and never on
+/// the scheduler's; one that panics puts its store's tasks in lane 0.
 fn lane_of(store: &dyn Store) -> Lane {
     use std::hash::BuildHasher as _;
     catch_unwind(AssertUnwindSafe(|| {
@@ -134,12 +140,18 @@ struct Pool {
 }
 
 impl Pool {
-    /// The first queued task whose lane has a worker to spare.
+    /// The next task to run: of the lanes with a worker to spare, the one with the fewest tasks
+    /// running (a store with none running goes before one that may be hanging), and of its
+    /// tasks the first queued.
     fn next_task(&mut self) -> Option<(Lane, Task)> {
         let running = &self.running;
-        let at = self.tasks.iter().position(|(lane, _)| {
-            running.get(lane).copied().unwrap_or(0) < MAX_WORKERS_PER_STORE
-        })?;
+        let (at, _) = self
+            .tasks
+            .iter()
+            .enumerate()
+            .map(|(at, (lane, _))| (at, running.get(lane).copied().unwrap_or(0)))
+            .filter(|&(_, n)| n < MAX_WORKERS_PER_STORE)
+            .min_by_key(|&(at, n)| (n, at))?;
         let (lane, task) = self.tasks.remove(at)?;
         *self.running.entry(lane).or_insert(0) += 1;
         Some((lane, task))
@@ -240,6 +252,7 @@ impl Keeper {
         sent: Instant,
     ) -> u64 {
         let next = later(sent, renew_interval(lease));
+        let lane = lane_of(&*store);
         let mut state = self.lock();
         state.next_id += 1;
         let id = state.next_id;
@@ -247,6 +260,7 @@ impl Keeper {
             id,
             Lease {
                 store,
+                lane,
                 claim,
                 lease,
                 next,
@@ -324,9 +338,11 @@ impl Keeper {
         if pool.tasks.len() <= pool.idle {
             return;
         }
-        if pool.threads >= MAX_WORKERS {
-            // Every worker is busy (most likely waiting out store deadlines): the task runs
-            // when one comes back.
+        if pool.threads >= MAX_WORKERS && pool.running.contains_key(&lane) {
+            // Every worker is busy (most likely waiting out store deadlines), some with this
+            // task's store: the task runs when one comes back. A store with nothing running
+            // gets a worker beyond the limit all the same, so that a few stores that hang with
+            // a full share each cannot hold up every other store's renewals.
             return;
         }
         pool.threads += 1;
@@ -417,7 +433,7 @@ impl Keeper {
             }
             if !l.in_flight && l.next <= now {
                 l.in_flight = true;
-                due.push((*id, l.store.clone(), l.claim.clone(), l.lease));
+                due.push((*id, l.lane, l.store.clone(), l.claim.clone(), l.lease));
             }
         }
         let next = state
@@ -438,8 +454,7 @@ impl Keeper {
                     tracing::error!(panic = %panic_text(&*panic), "rerun: a waker panicked");
                 }
             }
-            for (id, store, claim, lease) in due {
-                let lane = lane_of(&*store);
+            for (id, lane, store, claim, lease) in due {
                 self.spawn_task(
                     lane,
                     Box::new(move || self.renew(id, &*store, &claim, lease)),
