@@ -228,11 +228,28 @@ pub(crate) fn parse_stat(stat: &str) -> Option<(u64, bool)> {
     Some((start, state == "Z" || state == "X"))
 }
 
-/// Start time (normalized) and zombie state of another process of this PID namespace.
+/// Start time (normalized) and zombie state of another process of this PID namespace. A
+/// process whose first thread ended (`pthread_exit` in `main`) shows that thread's zombie state
+/// in `/proc/PID/stat` while its other threads run on: it is a zombie only when none of its
+/// threads is left running.
 pub(crate) fn stat_of(pid: u32) -> Option<(u64, bool)> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let (start, zombie) = parse_stat(&text)?;
+    let zombie = zombie && !any_thread_runs(pid);
     Some((normalize_start(start, current().boottime_offset_ns), zombie))
+}
+
+/// Whether a thread of process `pid` other than a zombie is listed in `/proc/PID/task`.
+fn any_thread_runs(pid: u32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    tasks.flatten().any(|task| {
+        std::fs::read_to_string(task.path().join("stat"))
+            .ok()
+            .and_then(|text| parse_stat(&text))
+            .is_some_and(|(_, zombie)| !zombie)
+    })
 }
 
 #[cfg(test)]
