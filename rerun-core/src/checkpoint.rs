@@ -83,11 +83,28 @@ pub fn set_hook(hook: Option<Hook>) -> Option<Hook> {
 thread_local! {
     static FENCE: Cell<Option<u64>> = const { Cell::new(None) };
     static BODY_FAILED: Cell<bool> = const { Cell::new(false) };
+    static CALL_END: Cell<CallEnd> = const { Cell::new(CallEnd::None) };
+}
+
+/// How the last call that ended on this thread ended, noted while a hook is installed: the
+/// harness tells an operation's own failure from rerun's by it, whatever error type the
+/// operation wraps rerun's errors in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) enum CallEnd {
+    /// No call ended on this thread since the last [`take_call_end`].
+    #[default]
+    None,
+    /// The call returned its value (run, replayed or reconciled).
+    Returned,
+    /// The body, or the reconcile function, returned an error.
+    BodyFailed,
+    /// rerun failed the call: a store, its configuration, the codec, a busy key, a lost lease;
+    /// `unknown` when it is an unknown outcome.
+    Failed { unknown: bool },
 }
 
 /// Notes, while a hook is installed (the harness runs), whether the body or the reconcile
-/// function of the call running on this thread returned an error: the harness tells an
-/// operation's own failure from rerun's by it. Free otherwise.
+/// function of the call running on this thread returned an error. Free otherwise.
 #[inline]
 pub(crate) fn note_body_failed(failed: bool) {
     if ARMED.load(Ordering::Relaxed) {
@@ -95,11 +112,37 @@ pub(crate) fn note_body_failed(failed: bool) {
     }
 }
 
-/// Whether the body of the last call noted on this thread failed ([`note_body_failed`]);
-/// cleared by reading it.
+/// Notes, while a hook is installed, how the call running on this thread ended: `Ok(())`, or
+/// the verdict of its error (`unknown`: an unknown outcome), told apart from its body's own
+/// failure by [`note_body_failed`]. Free otherwise.
+#[inline]
+pub(crate) fn note_call_end(result: Result<(), bool>) {
+    if ARMED.load(Ordering::Relaxed) {
+        let end = match result {
+            Ok(()) => CallEnd::Returned,
+            Err(_) if BODY_FAILED.with(|c| c.replace(false)) => CallEnd::BodyFailed,
+            Err(unknown) => CallEnd::Failed { unknown },
+        };
+        CALL_END.with(|c| c.set(end));
+    }
+}
+
+/// Notes, while a hook is installed, that rerun refused a call before claiming anything (an
+/// invalid scope or option, a payload that did not encode, a store that could not be opened),
+/// and returns the error. Free otherwise.
+#[inline]
+pub(crate) fn refused(e: crate::Error) -> crate::Error {
+    if ARMED.load(Ordering::Relaxed) {
+        BODY_FAILED.with(|c| c.set(false));
+        CALL_END.with(|c| c.set(CallEnd::Failed { unknown: false }));
+    }
+    e
+}
+
+/// How the last call noted on this thread ended ([`note_call_end`]); cleared by reading it.
 #[cfg(feature = "testing")]
-pub(crate) fn take_body_failed() -> bool {
-    BODY_FAILED.with(|c| c.replace(false))
+pub(crate) fn take_call_end() -> CallEnd {
+    CALL_END.with(|c| c.replace(CallEnd::None))
 }
 
 /// The fence of the claim whose body runs on this thread: `Some` inside the body of a sync

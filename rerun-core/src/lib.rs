@@ -279,7 +279,7 @@ pub mod __private {
     {
         match store {
             Ok(store) => call.run(store, body).map(|o| o.value),
-            Err(e) => Err(E::from(e)),
+            Err(e) => Err(E::from(crate::checkpoint::refused(e))),
         }
     }
 
@@ -300,7 +300,7 @@ pub mod __private {
     {
         match store {
             Ok(store) => call.run_reconciled(store, reconcile, body).map(|o| o.value),
-            Err(e) => Err(E::from(e)),
+            Err(e) => Err(E::from(crate::checkpoint::refused(e))),
         }
     }
 
@@ -319,7 +319,7 @@ pub mod __private {
     {
         match store {
             Ok(store) => call.run_async(store, body).await.map(|o| o.value),
-            Err(e) => Err(E::from(e)),
+            Err(e) => Err(E::from(crate::checkpoint::refused(e))),
         }
     }
 
@@ -343,7 +343,7 @@ pub mod __private {
                 .run_async_reconciled(store, reconcile, body)
                 .await
                 .map(|o| o.value),
-            Err(e) => Err(E::from(e)),
+            Err(e) => Err(E::from(crate::checkpoint::refused(e))),
         }
     }
 

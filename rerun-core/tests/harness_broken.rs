@@ -222,3 +222,75 @@ fn a_clean_run_that_rerun_fails_after_some_points_is_no_reference() {
         "{text}"
     );
 }
+
+/// An application's error type that wraps rerun's, as `thiserror`'s `#[error(transparent)]`
+/// or an `anyhow::Error` does.
+#[derive(Debug)]
+struct AppError(Error);
+
+impl std::fmt::Display for AppError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "the application failed: {}", self.0)
+    }
+}
+
+impl From<Error> for AppError {
+    fn from(e: Error) -> Self {
+        AppError(e)
+    }
+}
+
+/// A result no store can record: it refuses to be encoded.
+#[derive(Debug, PartialEq, serde::Deserialize)]
+struct Unrecordable;
+
+impl serde::Serialize for Unrecordable {
+    fn serialize<S: serde::Serializer>(&self, _: S) -> Result<S::Ok, S::Error> {
+        Err(serde::ser::Error::custom("this value cannot be recorded"))
+    }
+}
+
+/// rerun's own failure of the clean run is no reference whatever error type the operation
+/// wraps it in: refused before the claim (a scope rerun refuses), or after the body ran (a
+/// result it cannot record, so that every rerun runs the body again and still "converges").
+#[test]
+fn a_clean_run_that_rerun_fails_is_no_reference_whatever_the_error_type() {
+    let refused = SafeToRerun::new(
+        "wrapped.scope",
+        app,
+        |app: &App| {
+            Call::new("wrapped\tscope", "k")
+                .run(&app.store, || Ok::<_, AppError>(1u32))
+                .map(|o| o.value)
+        },
+        |_: &App| (),
+    )
+    .in_process_only()
+    .check();
+    let text = refused.to_string();
+    assert!(!refused.passed(), "{text}");
+    assert!(
+        text.contains("the clean run failed with rerun's own error"),
+        "{text}"
+    );
+
+    let unrecorded = SafeToRerun::new(
+        "wrapped.result",
+        app,
+        |app: &App| {
+            Call::new("wrapped.result", "k")
+                .run(&app.store, || Ok::<_, AppError>(Unrecordable))
+                .map(|o| o.value)
+        },
+        |_: &App| (),
+    )
+    .in_process_only()
+    .check();
+    let text = unrecorded.to_string();
+    assert!(!unrecorded.points().is_empty(), "{text}");
+    assert!(!unrecorded.passed(), "{text}");
+    assert!(
+        text.contains("the clean run failed with rerun's own error"),
+        "{text}"
+    );
+}

@@ -155,12 +155,16 @@ impl Call {
     /// The parts of a call that may run: a valid scope, a payload that encoded, options within
     /// their limits.
     fn checked(self) -> Result<(Key, Fingerprint, Options), Error> {
-        let fingerprint = self.fingerprint?;
+        let refused = |e| Err(crate::checkpoint::refused(e));
+        let fingerprint = match self.fingerprint {
+            Ok(fingerprint) => fingerprint,
+            Err(e) => return refused(e),
+        };
         if let Err(message) = crate::scope::validate_scope(self.key.scope()) {
-            return Err(Error::config(format!("{}: {message}", self.key)));
+            return refused(Error::config(format!("{}: {message}", self.key)));
         }
         if let Err(message) = self.options.check() {
-            return Err(Error::config(format!("{}: {message}", self.key)));
+            return refused(Error::config(format!("{}: {message}", self.key)));
         }
         Ok((self.key, fingerprint, self.options))
     }

@@ -422,6 +422,10 @@ where
         span.record("fence", fence);
     }
     telemetry::call_finished(key, report.verdict, started);
+    checkpoint::note_call_end(match &out {
+        Ok(_) => Ok(()),
+        Err(_) => Err(report.verdict == Verdict::Unknown),
+    });
     if let Ok(o) = &out {
         crate::runtime::observe::note(crate::runtime::observe::Observed {
             replayed: o.replayed,

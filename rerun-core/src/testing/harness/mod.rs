@@ -53,6 +53,7 @@ pub use recovery::{recovery_check, RecoveryCheck};
 pub use report::{Check, Mode, Report, Verdict};
 pub use world::{Duplicate, Effects, Occurrence, WorldDir, EFFECT_LOG};
 
+use crate::checkpoint::CallEnd;
 use crate::error::Error;
 use hook::{Action, CrashHere, Installed};
 use report::side_by_side;
@@ -152,7 +153,10 @@ where
         SafeToRerun {
             name: name.to_owned(),
             world: Box::new(move |dir| world(dir).map_err(|e| e.to_string())),
-            op: Box::new(move |w| operation(w).map_err(|e| run_error(&e))),
+            op: Box::new(move |w| {
+                crate::checkpoint::take_call_end();
+                operation(w).map_err(|e| run_error(&e, crate::checkpoint::take_call_end()))
+            }),
             observe: Box::new(observe),
             in_process: true,
             real_kill: true,
@@ -271,6 +275,17 @@ where
         }
         let hook = Installed::install();
         let in_process = self.in_process && cfg!(panic = "unwind");
+        if self.in_process && !in_process && !self.real_kill {
+            // Nothing could crash: a report of the twice check alone would pass unchecked.
+            report.checks.push(failed(
+                Mode::InProcess,
+                None,
+                "this build aborts on panic, and crashing in process needs unwinding; with real kills off (`in_process_only`) no crash check can run: test it in a build that unwinds, or with real kills".to_owned(),
+                Duration::ZERO,
+            ));
+            report.elapsed = started.elapsed();
+            return report;
+        }
         if self.in_process && !in_process {
             report.notes.push(
                 "this build aborts on panic, and crashing in process needs unwinding: only real kills ran"
@@ -337,7 +352,6 @@ where
             }
         };
         hook.arm(Action::Record);
-        crate::checkpoint::take_body_failed();
         let result = match self.run(&world) {
             Ran::Returned(r) => r,
             Ran::Crashed => Err(RunError {
@@ -359,13 +373,9 @@ where
         // cannot be opened, a scope or key it refuses, a result it cannot record) would make
         // every check compare one failure with another and pass. A body (or reconcile
         // function) that returned rerun's `Error` as its own (a declined charge) is compared.
-        let body_failed = crate::checkpoint::take_body_failed();
-        if let (
-            Err(RunError {
-                text, rerun: true, ..
-            }),
-            false,
-        ) = (&result, body_failed)
+        if let Err(RunError {
+            text, rerun: true, ..
+        }) = &result
         {
             fail(
                 report,
@@ -668,20 +678,35 @@ fn result_text<T: Debug>(r: &Result<T, RunError>) -> String {
     }
 }
 
-/// Keeps an operation's error as text, noting whether it is rerun's `OutcomeUnknown`.
-fn run_error<E: Display + 'static>(e: &E) -> RunError {
+/// Keeps an operation's error as text, noting whether rerun failed it (and with an unknown
+/// outcome). `end` is how the last call on the harness's thread ended: it tells rerun's failure
+/// from the body's whatever type the operation wraps errors in. Without it (the call ran on
+/// another thread, or the operation failed outside any call), the error's type tells, and a
+/// wrapped error its text.
+fn run_error<E: Display + 'static>(e: &E, end: CallEnd) -> RunError {
     let text = e.to_string();
-    let rerun = (e as &dyn Any).downcast_ref::<Error>();
-    let outcome_unknown = match rerun {
-        Some(err) => matches!(err, Error::OutcomeUnknown { .. }),
-        // A user's error type that wraps rerun's (`#[error(transparent)]`, or a message that
-        // includes it) carries its text.
-        None => text.contains("its outcome is unknown"),
+    let own = (e as &dyn Any).downcast_ref::<Error>();
+    let (rerun, outcome_unknown) = match end {
+        CallEnd::Failed { unknown } => (true, unknown),
+        // The body's own error: rerun's `Error` returned by the body (a nested call's, or a
+        // declined charge) is the operation's result, compared like any other.
+        CallEnd::BodyFailed => (false, unknown_in(own, &text)),
+        CallEnd::Returned | CallEnd::None => (own.is_some(), unknown_in(own, &text)),
     };
     RunError {
         text,
         outcome_unknown,
-        rerun: rerun.is_some(),
+        rerun,
+    }
+}
+
+/// Whether an error that rerun did not note is an unknown outcome: rerun's own `Error` by its
+/// variant; a user's error type that wraps rerun's (`#[error(transparent)]`, or a message that
+/// includes it) by its text.
+fn unknown_in(own: Option<&Error>, text: &str) -> bool {
+    match own {
+        Some(err) => matches!(err, Error::OutcomeUnknown { .. }),
+        None => text.contains("its outcome is unknown"),
     }
 }
 
