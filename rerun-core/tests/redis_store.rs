@@ -1191,6 +1191,54 @@ fn the_async_half_outlives_the_runtime_it_started_in() {
     cleanup(&url, &name);
 }
 
+/// The async half sets no timeouts of the driver's (redis-rs sets 500 ms on every request and
+/// 1 s on connecting unless told not to): a runtime without a timer can call it, and a reply
+/// slower than the driver's default but within the store's own limit is waited for.
+#[test]
+fn the_async_half_needs_no_timer_and_keeps_the_store_s_limit() {
+    let Some(url) = url() else { return };
+    let name = unique("no-timer");
+    let store = store(&url, &name);
+    let timerless = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .build()
+        .unwrap();
+    let out = timerless
+        .block_on(Call::new("s", "timerless").run_async(&store, async { Ok::<_, Error>(1) }));
+    assert!(matches!(&out, Ok(o) if o.value == 1), "{out:?}");
+
+    let upstream = url
+        .trim_start_matches("redis://")
+        .split(['/', '?'])
+        .next()
+        .unwrap_or("127.0.0.1:6379")
+        .to_owned();
+    let proxy = rerun_core::testing::proxy::Proxy::start(&upstream).expect("a proxy");
+    let slow = RedisStore::connect_with(
+        &format!("redis://{}", proxy.addr()),
+        RedisOptions::new()
+            .prefix(format!("{name}:"))
+            .client_name(&name)
+            .upgrade_sweep(false)
+            .response_timeout(Duration::from_secs(5)),
+    )
+    .expect("a store behind the proxy");
+    proxy.delay_replies(Duration::from_millis(800));
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    for (i, id) in ["slow-fresh", "slow-fresh"].into_iter().enumerate() {
+        let out = rt.block_on(Call::new("s", id).run_async(&slow, async { Ok::<_, Error>(2) }));
+        assert!(
+            matches!(&out, Ok(o) if o.value == 2 && o.replayed == (i > 0)),
+            "call {i} with replies 800 ms late, within a limit of 5 s: {out:?}"
+        );
+    }
+    proxy.delay_replies(Duration::ZERO);
+    cleanup(&url, &name);
+}
+
 /// A minimal executor that is not tokio.
 fn block_on<F: std::future::Future>(fut: F) -> F::Output {
     struct Unpark(std::thread::Thread);

@@ -318,9 +318,13 @@ impl RedisStore {
     /// A new multiplexed connection in the current runtime, named as every connection is.
     async fn open_async(&self, key: &Key) -> Result<MultiplexedConnection, Error> {
         let inner = &self.inner;
-        // No timeouts of the driver's: they need the caller's runtime to have a timer, and the
-        // call's own deadline (around this) bounds the connect anyway.
-        let config = AsyncConnectionConfig::new();
+        // No timeouts of the driver's (it sets 500 ms on every request and 1 s on connecting
+        // unless told not to): they need the caller's runtime to have a timer, would cut off a
+        // `WAIT` longer than that or a large result, and ignore the store's own limits. The
+        // call's own deadline (around this, and around every request) bounds both.
+        let config = AsyncConnectionConfig::new()
+            .set_response_timeout(None)
+            .set_connection_timeout(None);
         let mut conn = inner
             .client
             .get_multiplexed_async_connection_with_config(&config)
