@@ -228,3 +228,31 @@ fn once_operation_without_reconcile_is_at_most_once() {
     }
     assert!(report.checks().iter().all(|c| c.duplicates.is_empty()));
 }
+
+/// Keys that differ only in a tab, a line break or a backslash are different effects, each
+/// reported as it was recorded.
+#[test]
+fn effects_keep_keys_that_differ_in_tabs_and_line_breaks_apart() {
+    let world = WorldDir::temporary("effects-fields").expect("a world directory");
+    let effects = world.effects();
+    let keys = ["a\tb", "a b", "a\nb", "a\\tb", "a\\", "a\r\n"];
+    for key in keys {
+        effects.record("mail\tsent", key);
+    }
+    for key in keys {
+        assert_eq!(effects.count("mail\tsent", key), 1, "{key:?}");
+    }
+    assert!(
+        effects.duplicates().is_empty(),
+        "{:?}",
+        effects.duplicates()
+    );
+    effects.record("mail\tsent", "a\tb");
+    let twice = effects.duplicates();
+    assert_eq!(twice.len(), 1, "{twice:?}");
+    assert_eq!(
+        (twice[0].effect.as_str(), twice[0].key.as_str()),
+        ("mail\tsent", "a\tb")
+    );
+    world.remove();
+}

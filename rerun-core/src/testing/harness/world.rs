@@ -109,9 +109,40 @@ pub struct Effects {
     log: Arc<PathBuf>,
 }
 
-/// Keeps a field on one line of the log.
+/// Keeps a field on one line of the log, told apart from every other: a backslash, tab, line
+/// feed and carriage return are escaped (`\\`, `\t`, `\n`, `\r`).
 fn field(s: &str) -> String {
-    s.replace(['\t', '\n', '\r'], " ")
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\t' => out.push_str("\\t"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// A field as it was recorded ([`field`] undone).
+fn unfield(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut chars = s.chars();
+    while let Some(c) = chars.next() {
+        if c != '\\' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('t') => out.push('\t'),
+            Some('n') => out.push('\n'),
+            Some('r') => out.push('\r'),
+            Some(other) => out.push(other),
+            None => out.push('\\'),
+        }
+    }
+    out
 }
 
 impl Effects {
@@ -156,7 +187,7 @@ impl Effects {
             };
             let pid = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
             let fence = parts.next().and_then(|f| f.parse().ok());
-            out.entry((effect.to_owned(), key.to_owned()))
+            out.entry((unfield(effect), unfield(key)))
                 .or_default()
                 .push(Occurrence { pid, fence });
         }
@@ -166,7 +197,7 @@ impl Effects {
     /// How many times `effect` was recorded for `key`.
     pub fn count(&self, effect: &str, key: impl std::fmt::Display) -> usize {
         self.tally()
-            .get(&(field(effect), field(&key.to_string())))
+            .get(&(effect.to_owned(), key.to_string()))
             .map_or(0, Vec::len)
     }
 
