@@ -8,7 +8,9 @@
 //!   loss of the process, a panic with `panic = "abort"`): a dead holder's lock is free at
 //!   once, with no stale-lock cleanup and no "is that pid still ours?" guessing;
 //! - the file is opened close-on-exec, so a child process started while the lock is held does
-//!   not inherit it and cannot keep it alive after its parent dies;
+//!   not inherit it and cannot keep it alive after its parent dies; a child forked without
+//!   `exec` (a prefork server's worker) gets its copy closed at the fork, for the same reason
+//!   (up to [`FORK_CLOSED`] locks held at once; more are inherited as the kernel does);
 //! - the holder record is only for the message a refused caller gets ("held by process 4242
 //!   on build-7, started …"), never for the decision;
 //! - on a network filesystem (NFS, SMB/CIFS, AFS, 9p, FUSE, Ceph, Lustre…) a kernel lock may be
@@ -20,13 +22,43 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::fd::{AsRawFd, RawFd};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use nix::errno::Errno;
 use nix::fcntl::{Flock, FlockArg};
 
 use crate::holder::{Holder, Liveness};
+
+/// How many lock files held at once have their descriptors closed in a forked child.
+pub const FORK_CLOSED: usize = 64;
+
+/// The descriptors of the lock files this process holds (-1: a free slot), closed in a forked
+/// child by [`close_in_forked_child`]. Lock-free: the fork handler may take no lock.
+static HELD: [AtomicI32; FORK_CLOSED] = [const { AtomicI32::new(-1) }; FORK_CLOSED];
+
+/// Notes `fd` as a held lock's; its slot, or `None` when every slot is taken.
+fn note_held(fd: RawFd) -> Option<usize> {
+    HELD.iter().position(|slot| {
+        slot.compare_exchange(-1, fd, Ordering::SeqCst, Ordering::SeqCst)
+            .is_ok()
+    })
+}
+
+/// Closes, in a child just forked, its copies of the parent's lock descriptors: a child that
+/// outlived its parent would otherwise keep the parent's lock held (a lock belongs to the open
+/// file description, which a fork shares). Called from the fork handler, so it only does what
+/// is async-signal-safe: atomic swaps and `close`.
+pub(crate) fn close_in_forked_child() {
+    for slot in &HELD {
+        let fd = slot.swap(-1, Ordering::SeqCst);
+        if fd >= 0 {
+            let _ = nix::unistd::close(fd);
+        }
+    }
+}
 
 /// Who holds (or last held) a lock file, as written into it.
 ///
@@ -210,6 +242,8 @@ pub struct LockFile {
     file: Option<Flock<File>>,
     /// The fork generation of the process that took the lock (see `process`).
     forks: u64,
+    /// Its slot in [`HELD`], if it got one.
+    slot: Option<usize>,
     path: PathBuf,
     holder: LockHolder,
 }
@@ -217,12 +251,19 @@ pub struct LockFile {
 impl Drop for LockFile {
     /// Unlocks, in the process that took the lock. A child forked after it shares the lock
     /// (one open file description), and unlocking there would unlock the parent's too: a
-    /// child's copy is left as it is (its descriptor closes when the child exits, which does
-    /// not unlock while the parent holds it).
+    /// child's copy is left as it is (its descriptor was closed at the fork, or closes when the
+    /// child exits, neither of which unlocks while the parent holds it).
     fn drop(&mut self) {
         if let Some(file) = self.file.take() {
             if crate::process::current().forks != self.forks {
                 std::mem::forget(file);
+            } else if let Some(slot) = self.slot {
+                let _ = HELD[slot].compare_exchange(
+                    file.as_raw_fd(),
+                    -1,
+                    Ordering::SeqCst,
+                    Ordering::SeqCst,
+                );
             }
         }
     }
@@ -239,6 +280,9 @@ impl LockFile {
             what,
             source,
         };
+        // The generation before the lock: reading it registers the fork handler, which closes
+        // a forked child's copy of the descriptor noted below.
+        let forks = crate::process::current().forks;
         // std opens every file with O_CLOEXEC: a child process does not inherit the lock.
         let file = OpenOptions::new()
             .read(true)
@@ -247,7 +291,7 @@ impl LockFile {
             .truncate(false)
             .open(&path)
             .map_err(|e| io("opening", e))?;
-        let mut file = match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+        let file = match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
             Ok(locked) => locked,
             Err((mut file, Errno::EWOULDBLOCK)) => {
                 let mut text = String::new();
@@ -259,18 +303,25 @@ impl LockFile {
             }
             Err((_, errno)) => return Err(io("locking", std::io::Error::from(errno))),
         };
-        let holder = LockHolder::current();
+        let slot = note_held(file.as_raw_fd());
+        // Held from here: an error below drops it, which unlocks.
+        let mut lock = LockFile {
+            file: Some(file),
+            forks,
+            slot,
+            path: path.clone(),
+            holder: LockHolder::current(),
+        };
+        let holder = lock.holder.encode();
+        let Some(file) = lock.file.as_mut() else {
+            return Err(io("writing the holder", std::io::ErrorKind::Other.into()));
+        };
         file.set_len(0).map_err(|e| io("writing the holder", e))?;
         file.seek(SeekFrom::Start(0))
-            .and_then(|_| file.write_all(holder.encode().as_bytes()))
+            .and_then(|_| file.write_all(holder.as_bytes()))
             .and_then(|_| file.flush())
             .map_err(|e| io("writing the holder", e))?;
-        Ok(LockFile {
-            file: Some(file),
-            forks: crate::process::current().forks,
-            path,
-            holder,
-        })
+        Ok(lock)
     }
 
     /// Takes the lock at `path`, retrying while another process holds it, for up to `wait`

@@ -111,7 +111,8 @@ fn watch_forks() {
     static REGISTERED: Once = Once::new();
     REGISTERED.call_once(|| {
         // SAFETY: `pthread_atfork` only records the three function pointers; the child handler
-        // does one atomic increment, which is async-signal-safe, allocates nothing and takes no
+        // does an atomic increment and closes the child's copies of held lock descriptors
+        // (atomic swaps and `close`), which are async-signal-safe, allocate nothing and take no
         // lock, as a handler that runs in a freshly forked child must.
         #[allow(unsafe_code)]
         let rc = unsafe { libc::pthread_atfork(None, None, Some(after_fork_in_child)) };
@@ -126,6 +127,7 @@ fn watch_forks() {
 
 extern "C" fn after_fork_in_child() {
     FORKS.fetch_add(1, Ordering::Relaxed);
+    crate::lock::close_in_forked_child();
 }
 
 /// Reads this process's identity: once per generation, leaked (a few hundred bytes per fork).
