@@ -80,9 +80,14 @@ fn shared(forks: u64) -> &'static Process {
     // After a fork, another thread of the parent may have held this lock at the moment of the
     // fork, and no thread of the child will ever release it. The lock is only a cache: rather
     // than wait on a lock that may never open, compute a private identity (correct, only
-    // slower: each thread then has its own keeper).
+    // slower: each thread then has its own keeper). A process that never forked waits for it:
+    // a thread holds it only to read the identity, and a private identity would start a
+    // keeper of its own, beside the process's.
     let mut tries = 0;
     let guard = loop {
+        if forks == 0 {
+            break Some(SHARED.lock().unwrap_or_else(|p| p.into_inner()));
+        }
         match SHARED.try_lock() {
             Ok(guard) => break Some(guard),
             Err(TryLockError::Poisoned(p)) => break Some(p.into_inner()),

@@ -294,7 +294,13 @@ impl Keeper {
         self.spawn_task(
             lane,
             Box::new(move || {
-                run_job(job);
+                // Counted as run even when the store's call panics: `settle` waits for it.
+                if let Err(panic) = catch_unwind(AssertUnwindSafe(|| run_job(job))) {
+                    tracing::error!(
+                        panic = %panic_text(&*panic),
+                        "rerun: a store panicked giving back a claim; its lease will end it"
+                    );
+                }
                 let mut state = self.lock();
                 state.finished += 1;
                 self.settled.notify_all();
