@@ -922,6 +922,14 @@ fn connect_errors_are_typed_and_hide_the_password() {
     let err = RedisStore::connect_with("redis://127.0.0.1:1", RedisOptions::new().prefix("a{b}:"))
         .unwrap_err();
     assert!(matches!(err, Error::Config { .. }), "{err:?}");
+    // `CLIENT SETNAME` takes printable ASCII without spaces: anything else is refused before
+    // connecting, not by every connection's naming.
+    for name in ["", "a b", "worker-\u{e9}", "a\u{1}b", "tab\tname"] {
+        let err =
+            RedisStore::connect_with("redis://127.0.0.1:1", RedisOptions::new().client_name(name))
+                .unwrap_err();
+        assert!(matches!(err, Error::Config { .. }), "{name:?}: {err:?}");
+    }
     let err = rerun_core::open_url("redis://:hunter2@127.0.0.1:1")
         .err()
         .unwrap();
@@ -1236,6 +1244,31 @@ fn the_async_half_needs_no_timer_and_keeps_the_store_s_limit() {
         );
     }
     proxy.delay_replies(Duration::ZERO);
+    cleanup(&url, &name);
+}
+
+/// The server's settings read the same over RESP3 (`?protocol=resp3`), where `CONFIG GET`
+/// answers with a map rather than a flat array.
+#[test]
+fn the_server_s_settings_read_the_same_over_resp3() {
+    let Some(url) = url() else { return };
+    let name = unique("resp3");
+    let plain = store(&url, &name);
+    let sep = if url.contains('?') { '&' } else { '?' };
+    let resp3 = RedisStore::connect_with(
+        &format!("{url}{sep}protocol=resp3"),
+        RedisOptions::new()
+            .prefix(format!("{name}:"))
+            .client_name(&name)
+            .upgrade_sweep(false),
+    )
+    .expect("a store over RESP3");
+    assert_ne!(
+        resp3.persistence(),
+        &rerun_core::store::redis::Persistence::Unknown
+    );
+    assert_eq!(resp3.persistence(), plain.persistence());
+    assert_eq!(resp3.eviction_policy(), plain.eviction_policy());
     cleanup(&url, &name);
 }
 

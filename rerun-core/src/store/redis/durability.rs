@@ -51,10 +51,7 @@ pub enum Persistence {
 impl Persistence {
     /// Reads the server's settings; [`Persistence::Unknown`] where `CONFIG GET` is refused.
     pub(super) fn read(conn: &mut Connection) -> Persistence {
-        let get = |conn: &mut Connection, name: &str| -> Option<String> {
-            let reply: Vec<String> = redis::cmd("CONFIG").arg("GET").arg(name).query(conn).ok()?;
-            reply.get(1).cloned()
-        };
+        let get = config_get;
         let Some(aof) = get(conn, "appendonly") else {
             return Persistence::Unknown;
         };
@@ -105,15 +102,36 @@ impl fmt::Display for Persistence {
 /// claim or result lets the body run again (`allkeys-*` evicts any record, `volatile-*` those
 /// with a time to live: completed, released and forgotten records).
 pub(super) fn eviction(conn: &mut Connection) -> Option<String> {
-    let get = |conn: &mut Connection, name: &str| -> Option<String> {
-        let reply: Vec<String> = redis::cmd("CONFIG").arg("GET").arg(name).query(conn).ok()?;
-        reply.get(1).cloned()
-    };
-    let limit = get(conn, "maxmemory")?;
+    let limit = config_get(conn, "maxmemory")?;
     if limit.trim() == "0" {
         return None;
     }
-    get(conn, "maxmemory-policy").filter(|policy| policy != "noeviction")
+    config_get(conn, "maxmemory-policy").filter(|policy| policy != "noeviction")
+}
+
+/// One setting of the server's (`CONFIG GET`), `None` when refused. Read as a map: a flat
+/// array of names and values on RESP2, a map on RESP3 (`?protocol=resp3`).
+fn config_get(conn: &mut Connection, name: &str) -> Option<String> {
+    let mut reply: std::collections::HashMap<String, String> =
+        redis::cmd("CONFIG").arg("GET").arg(name).query(conn).ok()?;
+    reply.remove(name)
+}
+
+/// Why `WAITAOF` asked of this server's own file can never succeed, if it cannot: the server
+/// keeps no append-only file (known from its configuration; an unknown one is let through).
+pub(super) fn aof_refused(local: bool, persistence: &Persistence) -> Option<String> {
+    let keeps_aof = matches!(
+        persistence,
+        Persistence::AofAlways
+            | Persistence::AofEverySecond
+            | Persistence::AofOsFlush
+            | Persistence::Unknown
+    );
+    (local && !keeps_aof).then(|| {
+        format!(
+            "RedisOptions::wait_aof(true, ..) waits for the server's own append-only file, and this server keeps none ({persistence}): every `once` claim would fail; set appendonly yes on the server, or pass local = false"
+        )
+    })
 }
 
 /// What a `once` claim waits for before its body may start.
@@ -268,5 +286,29 @@ mod tests {
             longest
         );
         assert_eq!(millis(Duration::from_millis(1500)), 1500);
+    }
+
+    #[test]
+    fn waiting_for_the_server_s_own_file_needs_one() {
+        let kept = [
+            Persistence::AofAlways,
+            Persistence::AofEverySecond,
+            Persistence::AofOsFlush,
+            Persistence::Unknown,
+        ];
+        let none = [
+            Persistence::Snapshots("3600 1".into()),
+            Persistence::Nothing,
+        ];
+        for p in kept.iter().chain(&none) {
+            assert_eq!(aof_refused(false, p), None, "{p}");
+        }
+        for p in &kept {
+            assert_eq!(aof_refused(true, p), None, "{p}");
+        }
+        for p in &none {
+            let why = aof_refused(true, p).unwrap_or_default();
+            assert!(why.contains("appendonly yes"), "{p}: {why}");
+        }
     }
 }

@@ -336,9 +336,12 @@ impl RedisStore {
                 "the Redis key prefix {prefix:?} contains a brace, which would break the hash tag that keeps a record on one Cluster slot; choose a prefix without `{{` or `}}`"
             )));
         }
-        if options.client_name.is_empty() || options.client_name.contains(char::is_whitespace) {
+        // What `CLIENT SETNAME` takes: printable ASCII without spaces.
+        if options.client_name.is_empty()
+            || !options.client_name.bytes().all(|b| b.is_ascii_graphic())
+        {
             return Err(Error::config(format!(
-                "the Redis client name {:?} must be a non-empty word without spaces",
+                "the Redis client name {:?} must be a non-empty word of printable ASCII without spaces",
                 options.client_name
             )));
         }
@@ -438,6 +441,11 @@ impl RedisStore {
                 "RedisOptions::wait_aof needs WAITAOF, which Redis at {} does not have (it came with Redis 7.2); use wait_replicas, or upgrade the server",
                 store.inner.url
             )));
+        }
+        if let Some((local, _, _)) = options.once_durability.aof {
+            if let Some(why) = durability::aof_refused(local, &persistence) {
+                return Err(Error::config(format!("{}: {why}", store.inner.url)));
+            }
         }
         match Arc::get_mut(&mut store.inner) {
             Some(inner) => {
