@@ -1,12 +1,32 @@
 //! The process-wide store: `init`, the `RERUN_STORE` URL, and the SQLite default.
 
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, TryLockError};
+use std::time::Duration;
 
 use crate::error::Error;
 use crate::store::DynStore;
 
 static GLOBAL: OnceLock<Arc<dyn DynStore>> = OnceLock::new();
 static CHOOSING: Mutex<()> = Mutex::new(());
+
+/// Holds [`CHOOSING`] while the store is chosen, so that it is opened once. In a forked
+/// child the lock may have been held by a thread of the parent at the fork (opening a store
+/// takes a while), and no thread of the child will ever release it: there, a lock that stays
+/// taken is given up on after about 10 ms, and the store is chosen without it (a store another
+/// thread opens meanwhile is opened twice, and one of the two is kept).
+fn choosing() -> Option<MutexGuard<'static, ()>> {
+    if crate::process::current().forks == 0 {
+        return Some(CHOOSING.lock().unwrap_or_else(|p| p.into_inner()));
+    }
+    for _ in 0..200 {
+        match CHOOSING.try_lock() {
+            Ok(guard) => return Some(guard),
+            Err(TryLockError::Poisoned(p)) => return Some(p.into_inner()),
+            Err(TryLockError::WouldBlock) => std::thread::sleep(Duration::from_micros(50)),
+        }
+    }
+    None
+}
 
 /// The default store's path, under the current directory.
 pub const DEFAULT_SQLITE_PATH: &str = ".rerun/rerun.sqlite3";
@@ -22,7 +42,7 @@ pub const DEFAULT_SQLITE_PATH: &str = ".rerun/rerun.sqlite3";
 /// # Ok::<(), rerun_core::Error>(())
 /// ```
 pub fn init<S: DynStore + 'static>(store: S) -> Result<(), Error> {
-    let _choosing = CHOOSING.lock().unwrap_or_else(|p| p.into_inner());
+    let _choosing = choosing();
     let store: Arc<dyn DynStore> = Arc::new(store);
     let described = store.describe();
     match GLOBAL.set(store) {
@@ -43,7 +63,7 @@ pub fn global() -> Result<&'static dyn DynStore, Error> {
     if let Some(store) = GLOBAL.get() {
         return Ok(&**store);
     }
-    let _choosing = CHOOSING.lock().unwrap_or_else(|p| p.into_inner());
+    let _choosing = choosing();
     if let Some(store) = GLOBAL.get() {
         return Ok(&**store);
     }

@@ -38,6 +38,10 @@ fn child(case: &str) {
                 other => Ok(format!("second init: {other:?}")),
             };
         }
+        #[cfg(feature = "postgres")]
+        if case == "fork-while-choosing" {
+            return fork_while_choosing();
+        }
         let store = rerun_core::global()?;
         let again = rerun_core::global()?;
         let out = Call::new("global", "k").run(store, || Ok::<_, Error>(1u8))?;
@@ -55,6 +59,48 @@ fn child(case: &str) {
         Ok(s) => println!("RESULT ok {s} | logged {chosen}"),
         Err(e) => println!("RESULT err {} {e} | logged {chosen}", e.kind_name()),
     }
+}
+
+/// A thread chooses the global store, slowly (a PostgreSQL server that accepts and never
+/// answers), and another thread forks meanwhile: the child, where the lock the chooser held is
+/// never released, still chooses a store of its own (here `memory:`) instead of hanging.
+#[cfg(feature = "postgres")]
+#[allow(unsafe_code)]
+fn fork_while_choosing() -> Result<String, Error> {
+    use nix::sys::wait::waitpid;
+    use nix::unistd::{fork, ForkResult};
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = silent.local_addr().unwrap().port();
+    std::env::set_var(
+        "RERUN_STORE",
+        format!("postgres://u@127.0.0.1:{port}/x?connect_timeout=3"),
+    );
+    let chooser = std::thread::spawn(move || {
+        let _accepted = silent.accept();
+        std::thread::sleep(std::time::Duration::from_secs(4));
+    });
+    let slow = std::thread::spawn(|| rerun_core::global().map(|_| ()));
+    std::thread::sleep(std::time::Duration::from_millis(400));
+    // SAFETY: the child only sets its environment, chooses a store and leaves with `_exit`; an
+    // alarm ends it if it hangs.
+    let status = match unsafe { fork() } {
+        Ok(ForkResult::Child) => {
+            std::env::set_var("RERUN_STORE", "memory:");
+            // SAFETY: `alarm` only arms a timer.
+            unsafe { libc::alarm(5) };
+            let code = match rerun_core::global() {
+                Ok(store) if store.describe() == "memory:" => 0,
+                _ => 2,
+            };
+            // SAFETY: ends the child without running the parent's exit handlers.
+            unsafe { libc::_exit(code) }
+        }
+        Ok(ForkResult::Parent { child }) => waitpid(child, None),
+        Err(e) => panic!("fork failed: {e}"),
+    };
+    let _ = slow.join();
+    let _ = chooser.join();
+    Ok(format!("child {status:?}"))
 }
 
 fn run_case(case: &str, store: Option<&str>) -> String {
@@ -118,4 +164,10 @@ fn global_store_is_chosen_once() {
     let twice = run_case("init-twice", None);
     assert!(twice.starts_with("ok second init refused"), "{twice}");
     assert!(twice.ends_with("logged 1"), "{twice}");
+    #[cfg(feature = "postgres")]
+    {
+        let forked = run_case("fork-while-choosing", None);
+        assert!(forked.starts_with("ok child Ok(Exited("), "{forked}");
+        assert!(forked.contains(", 0))"), "{forked}");
+    }
 }
