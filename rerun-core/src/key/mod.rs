@@ -313,6 +313,28 @@ impl KeyWriter {
 ///
 /// Implemented for `str`, `String`, all integer types, `bool`, `char`, byte slices and arrays,
 /// references, `Box`, `Cow`, tuples of up to eight keys, and `uuid::Uuid` with feature `uuid`.
+///
+/// An implementation writes **one part** for every value: one call of a [`KeyWriter`] method
+/// ([`KeyWriter::tagged`] for a type of its own), or one [`KeyWriter::tuple`] holding several.
+/// A tuple writes its elements one after another, so an element that wrote no part or several
+/// would share its neighbours' boundaries: `(Path(["a"]), Path(["b", "c"]))` and
+/// `(Path(["a", "b"]), Path(["c"]))` would be one key. A variable number of parts (a list, a
+/// path) goes inside a tuple of its own:
+///
+/// ```
+/// use rerun_core::key::{IntoKey, KeyWriter};
+/// use rerun_core::Key;
+///
+/// struct Path(Vec<&'static str>);
+/// impl IntoKey for Path {
+///     fn write_key(&self, w: &mut KeyWriter) {
+///         w.tuple(|w| self.0.iter().for_each(|segment| w.str(segment)));
+///     }
+/// }
+/// let a = Key::new("files", &(Path(vec!["a"]), Path(vec!["b", "c"])));
+/// let b = Key::new("files", &(Path(vec!["a", "b"]), Path(vec!["c"])));
+/// assert_ne!(a, b);
+/// ```
 #[diagnostic::on_unimplemented(
     message = "`{Self}` cannot be used as a rerun key",
     label = "this key expression has type `{Self}`",

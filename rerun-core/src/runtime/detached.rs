@@ -27,6 +27,11 @@ use crate::store::AsyncStore;
 /// finishes on a task of its own; its output is then discarded. A future dropped before its
 /// first poll never started and is dropped; one whose poll panicked is dropped too.
 ///
+/// On a current-thread runtime that task runs only while the runtime is driven (inside its
+/// `block_on`): a runtime kept but not driven again holds the call's claim, renewed, until it
+/// is driven or dropped (dropping it drops the task, and the claim is given back). Keep such a
+/// runtime driven, or use a multi-thread one.
+///
 /// [`Call::run_detached`] is this around [`Call::run_async`]; wrap a future of your own in it
 /// with [`detach`].
 ///
