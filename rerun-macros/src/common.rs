@@ -413,16 +413,22 @@ pub fn attr_name(attr: &Attribute) -> Option<String> {
 
 /// `tokens` with every span set to `span`: generated code whose trait-bound errors should point
 /// at the user's tokens (the return type, an argument) instead of at the attribute.
+///
+/// `$crate` (from a `crate = $crate::…` written in a `macro_rules!`) keeps its span: the span is
+/// what tells the compiler which crate it names.
 pub fn respan(tokens: TokenStream, span: Span) -> TokenStream {
     tokens
         .into_iter()
         .map(|mut t| {
-            if let proc_macro2::TokenTree::Group(g) = &t {
-                let mut group = proc_macro2::Group::new(g.delimiter(), respan(g.stream(), span));
-                group.set_span(span);
-                t = group.into();
-            } else {
-                t.set_span(span);
+            match &t {
+                proc_macro2::TokenTree::Group(g) => {
+                    let mut group =
+                        proc_macro2::Group::new(g.delimiter(), respan(g.stream(), span));
+                    group.set_span(span);
+                    t = group.into();
+                }
+                proc_macro2::TokenTree::Ident(i) if i == "$crate" => {}
+                _ => t.set_span(span),
             }
             t
         })

@@ -72,7 +72,9 @@ use proc_macro::TokenStream;
 ///
 /// The payload fingerprint covers every argument except the receiver, those in `skip(...)`,
 /// and an argument that is the store itself (`store = store`); each must implement
-/// `serde::Serialize`. A second call with the same key and a different payload is
+/// `serde::Serialize`. An argument written as a pattern counts as its bindings
+/// (`(a, b): (u32, u32)` as `a` and `b`, which the key may name) and `_` as none, under
+/// `#[async_trait]` too. A second call with the same key and a different payload is
 /// `Error::PayloadMismatch`. The function returns `Result<T, E>` with
 /// `T: Serialize + DeserializeOwned` (the recorded result) and `E: From<rerun_core::Error>`. An
 /// `Err` is not recorded: the next call runs the body afresh.

@@ -273,6 +273,63 @@ fn trait_methods() {
     }
 }
 
+// ---- `#[async_trait]` arguments written as patterns ----
+
+/// Not `Serialize`: a context that no fingerprint may take in.
+struct Ctx;
+
+#[async_trait::async_trait(?Send)]
+trait Patterns {
+    async fn wildcard(&self, id: u64, _: Ctx, _: u32) -> Result<u64, PayError>;
+    async fn destructured(&self, (a, b): (u32, u32), n: u32) -> Result<u32, PayError>;
+}
+
+// `#[async_trait]` renames such arguments `__argN` before `#[idempotent]` sees them; they must
+// still mean what they mean in a native `async fn`.
+#[async_trait::async_trait(?Send)]
+impl Patterns for Billing {
+    #[idempotent(key = id, scope = "t.async_trait_wildcard", store = &*self.store)]
+    async fn wildcard(&self, id: u64, _: Ctx, _: u32) -> Result<u64, PayError> {
+        self.ledger.runs.fetch_add(1, SeqCst);
+        Ok(id)
+    }
+    #[idempotent(key = (a, b), scope = "t.async_trait_pattern", store = &*self.store)]
+    async fn destructured(&self, (mut a, b): (u32, u32), n: u32) -> Result<u32, PayError> {
+        self.ledger.runs.fetch_add(1, SeqCst);
+        a += b;
+        Ok(a + n)
+    }
+}
+
+#[test]
+fn async_trait_pattern_arguments() {
+    for s in stores() {
+        // `_` is not part of the fingerprint: another value is the same call.
+        let b = billing(&s.store);
+        assert_eq!(block_on(b.wildcard(1, Ctx, 5)), Ok(1));
+        assert_eq!(block_on(b.wildcard(1, Ctx, 6)), Ok(1), "{}", s.name);
+        assert_eq!(b.ledger.runs(), 1, "{}: `_` was fingerprinted", s.name);
+
+        // A pattern's bindings are arguments: the key names them, the fingerprint covers them.
+        let b = billing(&s.store);
+        assert_eq!(block_on(b.destructured((1, 2), 3)), Ok(6));
+        assert_eq!(block_on(b.destructured((1, 2), 3)), Ok(6));
+        assert_eq!(
+            block_on(b.destructured((1, 2), 4)),
+            Err(PayError::Rerun("payload_mismatch"))
+        );
+        assert_eq!(block_on(b.destructured((2, 1), 3)), Ok(6));
+        assert_eq!(b.ledger.runs(), 2, "{}", s.name);
+        // The record a native `async fn` would write: key `(a, b)`, payload `a, b, n`.
+        let by_hand = Call::new("t.async_trait_pattern", &(1u32, 2u32))
+            .payload(&(&1u32, &2u32, &3u32))
+            .run(s.get(), || Ok::<u32, Error>(0))
+            .unwrap();
+        assert!(by_hand.replayed, "{}", s.name);
+        assert_eq!(by_hand.value, 6);
+    }
+}
+
 // ---- generics and `impl Trait` results ----
 
 #[idempotent(key = (key.as_ref(), n.into()), scope = "t.generic", store = store, skip(ledger))]

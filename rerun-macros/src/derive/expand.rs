@@ -6,7 +6,7 @@ use quote::{format_ident, quote, quote_spanned};
 use syn::{DeriveInput, Member};
 
 use super::attr::{Model, Variant};
-use crate::common::{optional_ms, respan, runtime, tuple};
+use crate::common::{local, optional_ms, respan, runtime, tuple};
 
 /// `IntoKey` is implemented for tuples of up to eight parts.
 const KEY_TUPLE: usize = 8;
@@ -53,16 +53,22 @@ pub fn expand(input: &DeriveInput, model: &Model) -> TokenStream {
     let once = c.once.is_some();
     let settle = optional_ms(c.settle.as_ref().map(|(_, m)| m));
     let reconcile = c.reconcile.as_ref().map(|(_, path)| {
-        // Spanned on the path: a function of the wrong shape is reported there.
-        let check = respan(
-            quote!(let result: ::core::result::Result<#rt::Reconciled<_>, _> = #path(self);),
-            syn::spanned::Spanned::span(path),
+        // The call and the expected type are spanned on the path, so that a function of the
+        // wrong shape is reported there; `self` and the local keep their own spans, or inside a
+        // `macro_rules!` that passes the path in, hygiene would hide them from the method.
+        let span = syn::spanned::Spanned::span(path);
+        let result = local("__rerun_result");
+        let expected = respan(
+            quote!(::core::result::Result<#rt::Reconciled<_>, _>),
+            span,
         );
+        let this = quote!(self);
+        let call = quote_spanned!(span=> #path(#this));
         quote! {
-            fn __reconcile(&self) -> ::core::option::Option<::std::boxed::Box<dyn ::core::any::Any>> {
+            fn __reconcile(&self) -> ::core::option::Option<#rt::std::boxed::Box<dyn ::core::any::Any>> {
                 // The shape is checked here, at compile time: `fn(&Self) -> Result<Reconciled<_>, _>`.
-                #check
-                #rt::boxed_reconcile(result)
+                let #result: #expected = #call;
+                #rt::boxed_reconcile(#result)
             }
             fn __has_reconcile(&self) -> bool {
                 true
@@ -158,11 +164,14 @@ pub fn stub(input: &DeriveInput, krate: Option<&syn::Path>) -> TokenStream {
 
 /// How each field is reached: `&self.name` in a struct, a binding in an enum's match arm.
 fn self_fields(v: &Variant) -> Vec<TokenStream> {
+    // `self` keeps the derive's span: spanned on a field that a `macro_rules!` caller named, it
+    // would be the caller's `self`, which hygiene keeps out of this method (rust-lang/rust#121558).
+    let this = quote!(self);
     v.fields
         .iter()
         .map(|f| {
             let m = &f.member;
-            quote_spanned!(f.span=> &self.#m)
+            quote_spanned!(f.span=> &#this.#m)
         })
         .collect()
 }

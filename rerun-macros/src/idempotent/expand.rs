@@ -41,6 +41,10 @@ pub fn expand(args: &Args, item: &FnItem, plan: &Plan) -> TokenStream {
     let slot_stmt = reconcile.as_ref().map(|r| r.slot_stmt.clone());
     let rebind = reconcile.as_ref().map(|r| r.rebind.clone());
     let is_async = !matches!(plan.shape, Shape::Sync);
+    let (bind_patterns, trait_stmts) = match &plan.shape {
+        Shape::AsyncTrait(block) => async_trait_stmts(&block.block.stmts, plan),
+        _ => (TokenStream::new(), Vec::new()),
+    };
 
     // The body, as a closure or a future that the runtime starts only if this call claims the key.
     let user_body = match &plan.shape {
@@ -63,9 +67,9 @@ pub fn expand(args: &Args, item: &FnItem, plan: &Plan) -> TokenStream {
                 #(#stmts)*
             })
         }
-        Shape::AsyncTrait(block) => {
+        Shape::AsyncTrait(_) => {
             // `#[async_trait]` already pinned the output type inside its block.
-            let stmts = async_trait_stmts(&block.block.stmts, plan);
+            let stmts = &trait_stmts;
             quote!(async { #rebind #(#stmts)* })
         }
     };
@@ -108,12 +112,13 @@ pub fn expand(args: &Args, item: &FnItem, plan: &Plan) -> TokenStream {
     let stmts = match &plan.shape {
         Shape::AsyncTrait(_) => {
             // Keep `#[async_trait]`'s `Box::pin(…)` and run inside its `async move` block, where
-            // the arguments (and `self`, not yet renamed) are in scope.
+            // the arguments (and `self`, not yet renamed) are in scope, and the bindings of the
+            // arguments written as patterns once they are bound, as in a native `async fn`.
             let func = match body.stmts.first() {
                 Some(syn::Stmt::Expr(syn::Expr::Call(c), _)) => c.func.to_token_stream(),
-                _ => quote!(::std::boxed::Box::pin),
+                _ => quote!(#rt::std::boxed::Box::pin),
             };
-            quote!(#scope_stmt #func(async move { #run }))
+            quote!(#scope_stmt #func(async move { #bind_patterns #run }))
         }
         _ => quote!(#scope_stmt #run),
     };
@@ -124,7 +129,13 @@ pub fn expand(args: &Args, item: &FnItem, plan: &Plan) -> TokenStream {
 /// block (`let id = id;`) and then compute `let __ret: R = { body };`. An argument the body
 /// does not use but the key or the fingerprint does would be reported unused at that move:
 /// each fingerprinted plain argument is borrowed once, just before `__ret`.
-fn async_trait_stmts(stmts: &[syn::Stmt], plan: &Plan) -> Vec<TokenStream> {
+///
+/// The statements that bind an argument written as a pattern (`let (a, b) = …__arg1…;`) are
+/// returned apart, to run before the key and the fingerprint, which may name `a` and `b`.
+fn async_trait_stmts(stmts: &[syn::Stmt], plan: &Plan) -> (TokenStream, Vec<TokenStream>) {
+    let (patterns, stmts): (Vec<&syn::Stmt>, Vec<&syn::Stmt>) = stmts
+        .iter()
+        .partition(|stmt| matches!(item::positional_binding(stmt), Some((_, Some(_)))));
     let ret_at = stmts.iter().position(|stmt| {
         matches!(stmt, syn::Stmt::Local(syn::Local { pat: syn::Pat::Type(syn::PatType { pat, .. }), .. })
             if matches!(&**pat, syn::Pat::Ident(p) if p.ident == "__ret"))
@@ -144,7 +155,7 @@ fn async_trait_stmts(stmts: &[syn::Stmt], plan: &Plan) -> Vec<TokenStream> {
             .map(|(ident, cfgs)| quote!(#(#cfgs)* let _ = &#ident;));
         out.splice(at..at, touches);
     }
-    out
+    (quote!(#(#patterns)*), out)
 }
 
 /// The scope of the call: `scope = "…"` as written, or the function's path, read at run time

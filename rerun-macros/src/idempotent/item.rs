@@ -2,7 +2,7 @@
 //!
 //! Free functions, inherent and trait-impl methods and default methods of traits all have this
 //! shape; `#[async_trait]` methods arrive already rewritten to return a boxed future, and are
-//! recognised by their `Box::pin(async move { … })` body.
+//! recognised by that return type and their `Box::pin(async move { … })` body.
 
 use proc_macro2::TokenStream;
 use quote::{quote, ToTokens};
@@ -178,8 +178,90 @@ fn collect_idents(pat: &Pat, out: &mut Vec<Ident>) {
     Binds(out).visit_pat(pat);
 }
 
-/// The async block of an `#[async_trait]` method: `Box::pin(async move { … })`.
-pub fn async_trait_block(body: &Body) -> Option<&ExprAsync> {
+impl FnItem {
+    /// The async block of an `#[async_trait]` method: a fn, not `async`, that returns
+    /// `Pin<Box<dyn Future<Output = …>>>` with the body `Box::pin(async move { … })`.
+    pub fn async_trait_block(&self) -> Option<&ExprAsync> {
+        if self.sig.asyncness.is_some() {
+            return None;
+        }
+        boxed_future_output(&self.sig.output)?;
+        boxed_async_block(self.body.as_ref()?)
+    }
+}
+
+/// `async_trait`'s statement that binds an argument it renamed: it gives an argument written as
+/// a pattern the positional name `__argN` and binds the pattern at the top of its block,
+/// `let (a, b) = { let __arg1 = __arg1; __arg1 };`, or for `_`, `let __arg2 = __arg2;`.
+/// Returns `__argN` and the pattern (`None` for `_`).
+pub fn positional_binding(stmt: &Stmt) -> Option<(&Ident, Option<&Pat>)> {
+    let Stmt::Local(local) = stmt else {
+        return None;
+    };
+    let init = local.init.as_ref().filter(|i| i.diverge.is_none())?;
+    if let Some(positional) = moved_positional(&local.pat, &init.expr) {
+        return Some((positional, None));
+    }
+    let Expr::Block(block) = &*init.expr else {
+        return None;
+    };
+    let [Stmt::Local(inner), Stmt::Expr(Expr::Path(last), None)] = block.block.stmts.as_slice()
+    else {
+        return None;
+    };
+    let inner_init = inner.init.as_ref().filter(|i| i.diverge.is_none())?;
+    let positional = moved_positional(&inner.pat, &inner_init.expr)?;
+    last.path
+        .is_ident(positional)
+        .then_some((positional, Some(&local.pat)))
+}
+
+/// `let __argN = __argN;`
+fn moved_positional<'a>(pat: &'a Pat, expr: &Expr) -> Option<&'a Ident> {
+    let (Pat::Ident(p), Expr::Path(e)) = (pat, expr) else {
+        return None;
+    };
+    let plain = p.by_ref.is_none() && p.mutability.is_none() && p.subpat.is_none();
+    let positional = p
+        .ident
+        .to_string()
+        .strip_prefix("__arg")
+        .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
+    (plain && positional && e.qself.is_none() && e.path.is_ident(&p.ident)).then_some(&p.ident)
+}
+
+/// Gives the arguments that `#[async_trait]` renamed `__argN` back their patterns (see
+/// [`positional_binding`]), so that they mean what they mean in a native `async fn`: `_` is
+/// no argument to fingerprint, and a pattern's bindings are the names the key, `skip` and the
+/// fingerprint see.
+pub fn restore_async_trait_patterns(params: &mut [Param], block: &ExprAsync) {
+    for (positional, pat) in block.block.stmts.iter().filter_map(positional_binding) {
+        let Some(param) = params
+            .iter_mut()
+            .find(|p| p.simple.as_ref().is_some_and(|s| s.ident == *positional))
+        else {
+            continue;
+        };
+        param.simple = None;
+        param.idents.clear();
+        match pat {
+            Some(pat) => {
+                collect_idents(pat, &mut param.idents);
+                param.pat = pat.clone();
+            }
+            None => {
+                param.pat = Pat::Wild(syn::PatWild {
+                    attrs: Vec::new(),
+                    underscore_token: Token![_](positional.span()),
+                });
+            }
+        }
+    }
+}
+
+/// `Box::pin(async move { … })`, the body `#[async_trait]` writes (and some hand-written
+/// futures have).
+pub fn boxed_async_block(body: &Body) -> Option<&ExprAsync> {
     let [Stmt::Expr(Expr::Call(call), None)] = body.stmts.as_slice() else {
         return None;
     };

@@ -48,7 +48,10 @@ pub fn idempotent(attr: TokenStream, input: TokenStream) -> TokenStream {
             None
         }
     };
-    let (receiver, params) = item::params(&item.sig);
+    let (receiver, mut params) = item::params(&item.sig);
+    if let Some(block) = item.async_trait_block() {
+        item::restore_async_trait_patterns(&mut params, block);
+    }
     let plan = args
         .as_ref()
         .and_then(|a| validate::check(a, &item, &params, receiver, &mut errors));
@@ -205,6 +208,28 @@ mod tests {
             quote!(
                 fn f(id: u64) -> Pin<Box<dyn Future<Output = Result<u8, E>> + Send>> {
                     Box::pin(async move { Ok(1) })
+                }
+            ),
+            // As `#[async_trait]` writes `(a, b): (u8, u8), _: u8`, and half-written variants.
+            quote!(
+                fn f(
+                    &self,
+                    __arg1: (u8, u8),
+                    __arg2: u8,
+                ) -> Pin<Box<dyn Future<Output = Result<u8, E>> + Send>> {
+                    Box::pin(async move {
+                        let (a, b) = {
+                            let __arg1 = __arg1;
+                            __arg1
+                        };
+                        let __arg2 = __arg2;
+                        let __arg3 = { __arg3 };
+                        let () = {
+                            let __arg4 = __arg4;
+                        };
+                        let __ret: Result<u8, E> = { Ok(a + b) };
+                        __ret
+                    })
                 }
             ),
         ];

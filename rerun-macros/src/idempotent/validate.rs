@@ -57,15 +57,15 @@ pub fn check<'a>(
             format!("`#[idempotent]` cannot go on a `const fn`, because its body runs through the store at run time; remove `const` from `const fn {name}`"),
         );
     }
-    let Some(body) = &item.body else {
+    if item.body.is_none() {
         errors.spanned(
             item.semi.to_token_stream(),
             format!("`#[idempotent]` needs the body of `{name}`; put the attribute on the method in the `impl` block, or give this trait method a default body"),
         );
         return None;
-    };
+    }
 
-    let shape = match (sig.asyncness.is_some(), item::async_trait_block(body)) {
+    let shape = match (sig.asyncness.is_some(), item.async_trait_block()) {
         (true, _) => Shape::Async,
         (false, Some(block)) => Shape::AsyncTrait(block),
         (false, None) => Shape::Sync,
@@ -181,18 +181,29 @@ const SETTLE_WITHOUT_RECONCILE: &str = "`settle` is how long a reconcile functio
 fn return_type<'a>(item: &'a FnItem, shape: &Shape<'a>, errors: &mut Errors) -> Option<&'a Type> {
     let name = &item.sig.ident;
     let declared = match (&item.sig.output, shape) {
+        // `async_trait_block` found `Pin<Box<dyn Future<Output = …>>>` there.
         (output, Shape::AsyncTrait(_)) => item::boxed_future_output(output),
         (ReturnType::Type(_, ty), _) => Some(&**ty),
         (ReturnType::Default, _) => None,
     };
+    // A `Box::pin(async move { … })` body under another return type (`BoxFuture<…>`,
+    // `impl Future<…>`): a future written by hand.
+    let by_hand = matches!(shape, Shape::Sync)
+        && item
+            .body
+            .as_ref()
+            .is_some_and(|b| item::boxed_async_block(b).is_some());
     match declared {
         Some(ty) if item::is_result(ty) => Some(ty),
         Some(ty) => {
             let shown = ty.to_token_stream().to_string();
-            let advice = if names_future(ty) {
-                // A future written by hand (`impl Future`, `Pin<Box<dyn Future>>`): the macro
-                // needs the `async fn` to wrap its body.
+            let advice = if by_hand || names_future(ty) {
+                // A future written by hand (`impl Future`, `Pin<Box<dyn Future>>`, `BoxFuture`):
+                // the macro needs the `async fn` to wrap its body.
                 format!("write it as `async fn {name}(…) -> Result<T, E>`")
+            } else if let Type::Never(_) = ty {
+                // `Result<!, E>` would need the unstable never type.
+                "a function that never returns has no outcome to record; remove `#[idempotent]`, or return `Result<(), rerun_core::Error>` (or your own error type) when it is done".to_owned()
             } else if maybe_alias(ty) {
                 // Perhaps an alias of `Result`, which the macro cannot see through.
                 format!("if `{shown}` stands for a `Result`, write that `Result<…>` out (the macro reads `T` and `E` from it); else write `-> Result<{shown}, rerun_core::Error>` or use your own error type")
@@ -215,12 +226,13 @@ fn return_type<'a>(item: &'a FnItem, shape: &Shape<'a>, errors: &mut Errors) -> 
     }
 }
 
-/// Whether `ty` names a `Future` anywhere (`impl Future<…>`, `Pin<Box<dyn Future<…>>>`).
+/// Whether `ty` names a `Future` anywhere (`impl Future<…>`, `Pin<Box<dyn Future<…>>>`,
+/// `BoxFuture<…>`).
 fn names_future(ty: &Type) -> bool {
     struct Finds(bool);
     impl<'a> Visit<'a> for Finds {
         fn visit_path_segment(&mut self, s: &'a syn::PathSegment) {
-            self.0 |= s.ident == "Future";
+            self.0 |= s.ident.to_string().ends_with("Future");
             syn::visit::visit_path_segment(self, s);
         }
     }
