@@ -115,6 +115,16 @@ impl Library {
         cmd
     }
 
+    /// Loads the library again on `conn`, after a call found it gone (a load that finds it
+    /// there, loaded by another client meanwhile, counts as loaded).
+    pub(super) fn load_sync(&self, conn: &mut Connection) -> RedisResult<()> {
+        tracing::debug!(
+            library = self.name(),
+            "rerun: Redis lost rerun's functions; loading them again"
+        );
+        load_result(self.load_cmd().query(conn))
+    }
+
     /// Whether `FUNCTION LOAD`'s reply means the library is there: loaded now, or already (by
     /// another process of this build; the name is the code's hash, so it is the same code).
     pub(super) fn loaded(reply: &RedisResult<Value>) -> bool {
@@ -254,18 +264,13 @@ impl RedisStore {
             return self.script_sync(conn, budget, t, record, args);
         };
         let call = library.fcall(t, record, args);
-        let mut reply = call.query::<Value>(conn);
-        if matches!(&reply, Err(e) if miss(e) == Some(Miss::Gone)) {
-            tracing::debug!(
-                library = library.name(),
-                "rerun: Redis lost rerun's functions; loading them again"
-            );
-            reply = budget
-                .next_trip(conn)
-                .and_then(|()| load_result(library.load_cmd().query(conn)))
-                .and_then(|()| budget.next_trip(conn))
-                .and_then(|()| call.query(conn));
-        }
+        let reply = sent_or_loaded(
+            conn,
+            budget,
+            |conn| call.query::<Value>(conn),
+            |e| miss(e) == Some(Miss::Gone),
+            |conn| library.load_sync(conn),
+        );
         match reply {
             Err(e) if miss(&e) == Some(Miss::RefusedUpFront) => {
                 budget.next_trip(conn)?;
@@ -291,15 +296,13 @@ impl RedisStore {
         for arg in args {
             call.arg(arg);
         }
-        match call.query(conn) {
-            Err(e) if e.code() == Some("NOSCRIPT") => {
-                budget.next_trip(conn)?;
-                script.prepare_invoke().load(conn)?;
-                budget.next_trip(conn)?;
-                call.query(conn)
-            }
-            other => other,
-        }
+        sent_or_loaded(
+            conn,
+            budget,
+            |conn| call.query(conn),
+            |e| e.code() == Some("NOSCRIPT"),
+            |conn| script.prepare_invoke().load(conn).map(drop),
+        )
     }
 
     /// The async twin of [`RedisStore::run_sync`].
@@ -347,15 +350,13 @@ impl RedisStore {
             for name in names {
                 pipe.cmd("EVALSHA").arg(script.get_hash()).arg(1).arg(*name);
             }
-            match pipe.query::<Vec<Value>>(conn) {
-                Err(e) if has_code(&e, "NOSCRIPT") => {
-                    budget.next_trip(conn)?;
-                    script.prepare_invoke().load(conn)?;
-                    budget.next_trip(conn)?;
-                    pipe.query(conn)
-                }
-                other => other,
-            }
+            sent_or_loaded(
+                conn,
+                budget,
+                |conn| pipe.query::<Vec<Value>>(conn),
+                |e| has_code(e, "NOSCRIPT"),
+                |conn| script.prepare_invoke().load(conn).map(drop),
+            )
         };
         let Some(library) = &self.inner.library else {
             return scripts(conn, budget);
@@ -364,14 +365,13 @@ impl RedisStore {
         for name in names {
             pipe.add_command(library.fcall(Transition::Inspect, name, &[]));
         }
-        let mut replies = pipe.query::<Vec<Value>>(conn);
-        if matches!(&replies, Err(e) if miss(e) == Some(Miss::Gone)) {
-            replies = budget
-                .next_trip(conn)
-                .and_then(|()| load_result(library.load_cmd().query(conn)))
-                .and_then(|()| budget.next_trip(conn))
-                .and_then(|()| pipe.query(conn));
-        }
+        let replies = sent_or_loaded(
+            conn,
+            budget,
+            |conn| pipe.query::<Vec<Value>>(conn),
+            |e| miss(e) == Some(Miss::Gone),
+            |conn| library.load_sync(conn),
+        );
         match replies {
             Err(e) if miss(&e) == Some(Miss::RefusedUpFront) => {
                 budget.next_trip(conn)?;
@@ -379,6 +379,28 @@ impl RedisStore {
             }
             other => other,
         }
+    }
+}
+
+/// Sends a request with `send`; when its reply says that what it runs is gone from the server
+/// (`gone`: a script after `NOSCRIPT`, the library after a `FUNCTION FLUSH` or a restart),
+/// loads that with `load` and sends it once more. Every round trip after the first is within
+/// what `budget` has left.
+fn sent_or_loaded<R>(
+    conn: &mut Connection,
+    budget: &mut Budget,
+    mut send: impl FnMut(&mut Connection) -> RedisResult<R>,
+    gone: impl Fn(&RedisError) -> bool,
+    load: impl FnOnce(&mut Connection) -> RedisResult<()>,
+) -> RedisResult<R> {
+    match send(conn) {
+        Err(e) if gone(&e) => {
+            budget.next_trip(conn)?;
+            load(conn)?;
+            budget.next_trip(conn)?;
+            send(conn)
+        }
+        other => other,
     }
 }
 
