@@ -13,7 +13,7 @@
 //!   [`MAX_WORKERS_PER_STORE`] workers at once, so a store that hangs with many claims in flight
 //!   leaves the other workers to the other stores; a free worker takes a task of the store with
 //!   the fewest running, and a store with none running gets a worker even when all
-//!   [`MAX_WORKERS`] are busy (so the threads number at most that plus one per store).
+//!   [`MAX_WORKERS`] are busy (so they number at most that plus one per store).
 //!
 //! A store call that panics (a store a user wrote, say) is caught and logged; so is a waker that
 //! panics. The keeper keeps going.
@@ -25,9 +25,10 @@
 //! at once, and the holder learns it when it settles (its completion then reports
 //! [`Error::LeaseLost`] unless the store still accepts it).
 //!
-//! A body shorter than a third of its lease never causes a renewal: registering a claim is a map
-//! insert under a mutex, and the scheduler is only woken when a new deadline is earlier than the
-//! one it already sleeps towards.
+//! A body shorter than a third of its lease never causes a renewal: registering a claim is the
+//! store's lane (a hash of [`Store::describe`]) and a map insert under a mutex, and the
+//! scheduler is only woken when a new deadline is earlier than the one it already sleeps
+//! towards.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::future::Future;
@@ -142,16 +143,27 @@ struct Pool {
 impl Pool {
     /// The next task to run: of the lanes with a worker to spare, the one with the fewest tasks
     /// running (a store with none running goes before one that may be hanging), and of its
-    /// tasks the first queued.
+    /// tasks the first queued. A worker beyond [`MAX_WORKERS`] takes only a task of a store
+    /// with none running (it was started for one), so that such workers number one per store.
     fn next_task(&mut self) -> Option<(Lane, Task)> {
+        let share = if self.threads > MAX_WORKERS {
+            1
+        } else {
+            MAX_WORKERS_PER_STORE
+        };
         let running = &self.running;
-        let (at, _) = self
-            .tasks
-            .iter()
-            .enumerate()
-            .map(|(at, (lane, _))| (at, running.get(lane).copied().unwrap_or(0)))
-            .filter(|&(_, n)| n < MAX_WORKERS_PER_STORE)
-            .min_by_key(|&(at, n)| (n, at))?;
+        let mut best: Option<(usize, usize)> = None;
+        for (at, (lane, _)) in self.tasks.iter().enumerate() {
+            let n = running.get(lane).copied().unwrap_or(0);
+            if n < share && best.is_none_or(|(_, fewest)| n < fewest) {
+                best = Some((at, n));
+                if n == 0 {
+                    // None fewer: the first of a store with nothing running.
+                    break;
+                }
+            }
+        }
+        let (at, _) = best?;
         let (lane, task) = self.tasks.remove(at)?;
         *self.running.entry(lane).or_insert(0) += 1;
         Some((lane, task))
@@ -335,37 +347,61 @@ impl Keeper {
     /// Queues a task of `lane`; starts a worker when no idle one is left for it.
     fn spawn_task(&'static self, lane: Lane, task: Task) {
         let mut pool = self.pool();
-        pool.tasks.push_back((lane, task));
-        if pool.idle > 0 {
-            // An idle worker takes the first task it may run: this one, or, when this one's
-            // lane is full, one queued before it.
-            self.work.notify_one();
-        }
-        if pool.tasks.len() <= pool.idle {
+        if pool.threads >= MAX_WORKERS && pool.idle == 0 && !pool.running.contains_key(&lane) {
+            // Every worker is busy (most likely waiting out store deadlines), none with this
+            // task's store: it gets a worker beyond the limit all the same, so that a few
+            // stores that hang with a full share each cannot hold up every other store's
+            // renewals. The task goes straight to that worker and counts as running now, so
+            // that the store's next task (due in the same round, say) waits for it.
+            *pool.running.entry(lane).or_insert(0) += 1;
+            pool.threads += 1;
+            drop(pool);
+            self.start_worker(Some((lane, task)));
             return;
         }
-        if pool.threads >= MAX_WORKERS && pool.running.contains_key(&lane) {
-            // Every worker is busy (most likely waiting out store deadlines), some with this
-            // task's store: the task runs when one comes back. A store with nothing running
-            // gets a worker beyond the limit all the same, so that a few stores that hang with
-            // a full share each cannot hold up every other store's renewals.
+        pool.tasks.push_back((lane, task));
+        if pool.idle > 0 {
+            // An idle worker takes the task it should run next: this one, or one queued
+            // before it.
+            self.work.notify_one();
+        }
+        if pool.tasks.len() <= pool.idle || pool.threads >= MAX_WORKERS {
+            // An idle worker will take it, or every worker is busy and some with this task's
+            // store: the task runs when one comes back.
             return;
         }
         pool.threads += 1;
         drop(pool);
+        self.start_worker(None);
+    }
+
+    /// Starts a worker (counted in `threads` already), which runs `first` (counted as running
+    /// already) before it takes tasks from the queue. A thread that cannot start gives its
+    /// task back to the queue.
+    fn start_worker(&'static self, first: Option<(Lane, Task)>) {
+        let handed = Arc::new(Mutex::new(first));
+        let taken = handed.clone();
         let spawned = std::thread::Builder::new()
             .name("rerun-lease-worker".into())
-            .spawn(move || self.work());
+            .spawn(move || {
+                let first = taken.lock().unwrap_or_else(|p| p.into_inner()).take();
+                self.work(first)
+            });
         if let Err(e) = spawned {
-            self.pool().threads -= 1;
+            let mut pool = self.pool();
+            pool.threads -= 1;
+            if let Some((lane, task)) = handed.lock().unwrap_or_else(|p| p.into_inner()).take() {
+                pool.finished(lane);
+                pool.tasks.push_back((lane, task));
+            }
             tracing::error!(error = %e, "rerun could not start a lease worker thread; the task waits for a busy one");
         }
     }
 
-    fn work(&'static self) {
+    fn work(&'static self, mut first: Option<(Lane, Task)>) {
         let mut pool = self.pool();
         loop {
-            if let Some((lane, task)) = pool.next_task() {
+            if let Some((lane, task)) = first.take().or_else(|| pool.next_task()) {
                 drop(pool);
                 if let Err(panic) = catch_unwind(AssertUnwindSafe(task)) {
                     tracing::error!(
@@ -377,6 +413,11 @@ impl Keeper {
                 if pool.finished(lane) && !pool.tasks.is_empty() {
                     // A task held back for its lane may run now, on an idle worker.
                     self.work.notify_one();
+                }
+                if pool.threads > MAX_WORKERS && pool.idle > 0 {
+                    // One beyond the limit, with another worker free: not needed.
+                    pool.threads -= 1;
+                    return;
                 }
                 continue;
             }
@@ -391,7 +432,10 @@ impl Keeper {
                 });
             pool = guard;
             pool.idle -= 1;
-            if timeout && pool.tasks.is_empty() && pool.threads > 1 {
+            // An idle worker exits when the queue is empty, or when it is one beyond the limit
+            // (the tasks left are held back for stores whose share is busy).
+            let spare = pool.tasks.is_empty() || pool.threads > MAX_WORKERS;
+            if timeout && spare && pool.threads > 1 {
                 pool.threads -= 1;
                 return;
             }
