@@ -1,31 +1,20 @@
 //! The process-wide store: `init`, the `RERUN_STORE` URL, and the SQLite default.
 
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, TryLockError};
-use std::time::Duration;
+use std::sync::{Arc, OnceLock};
 
 use crate::error::Error;
+use crate::fork_lock::{ForkGuard, ForkLock};
 use crate::store::DynStore;
 
 static GLOBAL: OnceLock<Arc<dyn DynStore>> = OnceLock::new();
-static CHOOSING: Mutex<()> = Mutex::new(());
+static CHOOSING: ForkLock<()> = ForkLock::new(());
 
-/// Holds [`CHOOSING`] while the store is chosen, so that it is opened once. In a forked
-/// child the lock may have been held by a thread of the parent at the fork (opening a store
-/// takes a while), and no thread of the child will ever release it: there, a lock that stays
-/// taken is given up on after about 10 ms, and the store is chosen without it (a store another
-/// thread opens meanwhile is opened twice, and one of the two is kept).
-fn choosing() -> Option<MutexGuard<'static, ()>> {
-    if crate::process::current().forks == 0 {
-        return Some(CHOOSING.lock().unwrap_or_else(|p| p.into_inner()));
-    }
-    for _ in 0..200 {
-        match CHOOSING.try_lock() {
-            Ok(guard) => return Some(guard),
-            Err(TryLockError::Poisoned(p)) => return Some(p.into_inner()),
-            Err(TryLockError::WouldBlock) => std::thread::sleep(Duration::from_micros(50)),
-        }
-    }
-    None
+/// Holds [`CHOOSING`] while the store is chosen, so that it is opened once. In a forked child
+/// the lock may have been held by a thread of the parent at the fork (opening a store takes a
+/// while), and no thread of the child will ever release it: there the store is chosen without
+/// it (see [`ForkLock`]).
+fn choosing() -> Option<ForkGuard<'static, ()>> {
+    CHOOSING.lock(crate::process::current().forks)
 }
 
 /// The default store's path, under the current directory.

@@ -44,6 +44,7 @@ pub mod clock;
 pub mod codec;
 mod error;
 pub mod fingerprint;
+mod fork_lock;
 mod global;
 mod handler;
 mod hex;

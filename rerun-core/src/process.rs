@@ -25,8 +25,9 @@
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, Once, OnceLock, TryLockError};
-use std::time::Duration;
+use std::sync::{Once, OnceLock};
+
+use crate::fork_lock::ForkLock;
 
 /// What one process generation knows about itself.
 pub(crate) struct Process {
@@ -56,7 +57,7 @@ pub(crate) struct Process {
 static FORKS: AtomicU64 = AtomicU64::new(0);
 
 /// The generation shared by this process's threads.
-static SHARED: Mutex<Option<&'static Process>> = Mutex::new(None);
+static SHARED: ForkLock<Option<&'static Process>> = ForkLock::new(None);
 
 thread_local! {
     /// This thread's copy of the current generation.
@@ -77,27 +78,11 @@ pub(crate) fn current() -> &'static Process {
 /// The generation for `forks`, shared by the process's threads.
 fn shared(forks: u64) -> &'static Process {
     watch_forks();
-    // After a fork, another thread of the parent may have held this lock at the moment of the
-    // fork, and no thread of the child will ever release it. The lock is only a cache: rather
-    // than wait on a lock that may never open, compute a private identity (correct, only
-    // slower: each thread then has its own keeper). A process that never forked waits for it:
-    // a thread holds it only to read the identity, and a private identity would start a
-    // keeper of its own, beside the process's.
-    let mut tries = 0;
-    let guard = loop {
-        if forks == 0 {
-            break Some(SHARED.lock().unwrap_or_else(|p| p.into_inner()));
-        }
-        match SHARED.try_lock() {
-            Ok(guard) => break Some(guard),
-            Err(TryLockError::Poisoned(p)) => break Some(p.into_inner()),
-            Err(TryLockError::WouldBlock) if tries < 200 => {
-                tries += 1;
-                std::thread::sleep(Duration::from_micros(50));
-            }
-            Err(TryLockError::WouldBlock) => break None,
-        }
-    };
+    // After a fork, a thread of the parent may have held this lock at the moment of the fork,
+    // and no thread of the child will ever release it. The lock is only a cache: rather than
+    // wait on such a lock, compute a private identity (correct, only slower: each thread then
+    // has its own keeper). A holder of this generation is waited for.
+    let guard = SHARED.lock(forks);
     match guard {
         Some(mut slot) => match *slot {
             Some(p) if p.forks == forks => p,
