@@ -82,7 +82,6 @@ pub fn set_hook(hook: Option<Hook>) -> Option<Hook> {
 
 thread_local! {
     static FENCE: Cell<Option<u64>> = const { Cell::new(None) };
-    static BODY_FAILED: Cell<bool> = const { Cell::new(false) };
     static CALL_END: Cell<CallEnd> = const { Cell::new(CallEnd::None) };
 }
 
@@ -103,26 +102,11 @@ pub(crate) enum CallEnd {
     Failed { unknown: bool },
 }
 
-/// Notes, while a hook is installed (the harness runs), whether the body or the reconcile
-/// function of the call running on this thread returned an error. Free otherwise.
+/// Notes, while a hook is installed (the harness runs), how the call running on this thread
+/// ended. Free otherwise.
 #[inline]
-pub(crate) fn note_body_failed(failed: bool) {
+pub(crate) fn note_call_end(end: CallEnd) {
     if ARMED.load(Ordering::Relaxed) {
-        BODY_FAILED.with(|c| c.set(failed));
-    }
-}
-
-/// Notes, while a hook is installed, how the call running on this thread ended: `Ok(())`, or
-/// the verdict of its error (`unknown`: an unknown outcome), told apart from its body's own
-/// failure by [`note_body_failed`]. Free otherwise.
-#[inline]
-pub(crate) fn note_call_end(result: Result<(), bool>) {
-    if ARMED.load(Ordering::Relaxed) {
-        let end = match result {
-            Ok(()) => CallEnd::Returned,
-            Err(_) if BODY_FAILED.with(|c| c.replace(false)) => CallEnd::BodyFailed,
-            Err(unknown) => CallEnd::Failed { unknown },
-        };
         CALL_END.with(|c| c.set(end));
     }
 }
@@ -132,10 +116,7 @@ pub(crate) fn note_call_end(result: Result<(), bool>) {
 /// and returns the error. Free otherwise.
 #[inline]
 pub(crate) fn refused(e: crate::Error) -> crate::Error {
-    if ARMED.load(Ordering::Relaxed) {
-        BODY_FAILED.with(|c| c.set(false));
-        CALL_END.with(|c| c.set(CallEnd::Failed { unknown: false }));
-    }
+    note_call_end(CallEnd::Failed { unknown: false });
     e
 }
 

@@ -388,7 +388,6 @@ where
     FF: Future<Output = Result<T, E>>,
 {
     let started = telemetry::clock();
-    checkpoint::note_body_failed(false);
     let span = tracing::debug_span!(
         "rerun.call",
         scope = %key.scope(),
@@ -423,8 +422,11 @@ where
     }
     telemetry::call_finished(key, report.verdict, started);
     checkpoint::note_call_end(match &out {
-        Ok(_) => Ok(()),
-        Err(_) => Err(report.verdict == Verdict::Unknown),
+        Ok(_) => checkpoint::CallEnd::Returned,
+        Err(_) if report.body_failed => checkpoint::CallEnd::BodyFailed,
+        Err(_) => checkpoint::CallEnd::Failed {
+            unknown: report.verdict == Verdict::Unknown,
+        },
     });
     if let Ok(o) = &out {
         crate::runtime::observe::note(crate::runtime::observe::Observed {
@@ -582,7 +584,6 @@ where
         }
         match reconcile().await {
             Ok(Reconciled::Done(value)) => {
-                checkpoint::note_body_failed(false);
                 tracing::info!(
                     "rerun: an unknown outcome was reconciled as done; its result is recorded"
                 );
@@ -599,7 +600,7 @@ where
                 );
             }
             Err(e) => {
-                checkpoint::note_body_failed(true);
+                report.body_failed = true;
                 give_back_unknown(backend, &mut held).await;
                 report.verdict = Verdict::Unknown;
                 return Err(e);
@@ -614,7 +615,7 @@ where
     let result = body().await;
     drop(in_body);
     checkpoint::hit(Point::BodyReturned);
-    checkpoint::note_body_failed(result.is_err());
+    report.body_failed = result.is_err();
     match result {
         Ok(value) => {
             let out = record(backend, &mut held, value, ttl).await;

@@ -151,6 +151,8 @@ impl Verdict {
 pub(crate) struct Report {
     pub(crate) verdict: Verdict,
     pub(crate) fence: Option<u64>,
+    /// The body, or the reconcile function, returned an error (the call's error is its own).
+    pub(crate) body_failed: bool,
 }
 
 /// Counts a finished call.

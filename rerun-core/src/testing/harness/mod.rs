@@ -63,7 +63,8 @@ use report::side_by_side;
 struct RunError {
     text: String,
     outcome_unknown: bool,
-    /// The error is rerun's own [`Error`] (a store, configuration or codec failure).
+    /// rerun failed the call (a store, configuration or codec failure, a busy key), whatever
+    /// type the operation wraps the error in; a body's own failure is not rerun's.
     rerun: bool,
 }
 
