@@ -10,7 +10,9 @@
 //! - the file is opened close-on-exec, so a child process started while the lock is held does
 //!   not inherit it and cannot keep it alive after its parent dies; a child forked without
 //!   `exec` (a prefork server's worker) gets its copy closed at the fork, for the same reason
-//!   (up to [`FORK_CLOSED`] locks held at once; more are inherited as the kernel does);
+//!   (up to [`FORK_CLOSED`] locks held at once; more are inherited as the kernel does). So a
+//!   process that daemonizes by forking takes its locks after the fork: the parent's end when
+//!   it exits, and the child never had them;
 //! - the holder record is only for the message a refused caller gets ("held by process 4242
 //!   on build-7, started …"), never for the decision;
 //! - on a network filesystem (NFS, SMB/CIFS, AFS, 9p, FUSE, Ceph, Lustre…) a kernel lock may be
@@ -39,12 +41,22 @@ pub const FORK_CLOSED: usize = 64;
 /// child by [`close_in_forked_child`]. Lock-free: the fork handler may take no lock.
 static HELD: [AtomicI32; FORK_CLOSED] = [const { AtomicI32::new(-1) }; FORK_CLOSED];
 
-/// Notes `fd` as a held lock's; its slot, or `None` when every slot is taken.
+/// Notes `fd` as a held lock's; its slot, or `None` when every slot is taken (said once).
 fn note_held(fd: RawFd) -> Option<usize> {
-    HELD.iter().position(|slot| {
+    let slot = HELD.iter().position(|slot| {
         slot.compare_exchange(-1, fd, Ordering::SeqCst, Ordering::SeqCst)
             .is_ok()
-    })
+    });
+    if slot.is_none() {
+        static SAID: std::sync::Once = std::sync::Once::new();
+        SAID.call_once(|| {
+            tracing::warn!(
+                limit = FORK_CLOSED,
+                "rerun: more lock files are held at once than a forked child has closed for it; a child forked now keeps the rest held while it runs"
+            );
+        });
+    }
+    slot
 }
 
 /// Closes, in a child just forked, its copies of the parent's lock descriptors: a child that
@@ -291,9 +303,19 @@ impl LockFile {
             .truncate(false)
             .open(&path)
             .map_err(|e| io("opening", e))?;
+        // Noted before it is locked, so that no fork between the two leaves a child holding it
+        // (closing a copy that is not locked yet is harmless); let go of below unless locked.
+        let fd = file.as_raw_fd();
+        let slot = note_held(fd);
+        let unnote = || {
+            if let Some(slot) = slot {
+                let _ = HELD[slot].compare_exchange(fd, -1, Ordering::SeqCst, Ordering::SeqCst);
+            }
+        };
         let file = match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
             Ok(locked) => locked,
             Err((mut file, Errno::EWOULDBLOCK)) => {
+                unnote();
                 let mut text = String::new();
                 let holder = file
                     .read_to_string(&mut text)
@@ -301,9 +323,11 @@ impl LockFile {
                     .and_then(|_| LockHolder::decode(&text));
                 return Err(LockError::Held { path, holder });
             }
-            Err((_, errno)) => return Err(io("locking", std::io::Error::from(errno))),
+            Err((_, errno)) => {
+                unnote();
+                return Err(io("locking", std::io::Error::from(errno)));
+            }
         };
-        let slot = note_held(file.as_raw_fd());
         // Held from here: an error below drops it, which unlocks.
         let mut lock = LockFile {
             file: Some(file),
