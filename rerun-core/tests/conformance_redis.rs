@@ -78,20 +78,13 @@ impl Factory for Redis {
         Ok(store)
     }
     fn hanging(&self) -> Option<Result<(RedisStore, Box<dyn Hang>), Error>> {
-        let upstream = self
-            .url
-            .trim_start_matches("redis://")
-            .split(['/', '?'])
-            .next()
-            .unwrap_or("127.0.0.1:6379")
-            .to_owned();
-        let proxy = match Proxy::start(&upstream) {
+        let proxy = match Proxy::start(&redis_util::upstream(&self.url)) {
             Ok(proxy) => proxy,
             Err(e) => return Some(Err(Error::store(None, "starting the proxy", e))),
         };
         let prefix = self.prefix("rerun-conformance-hung");
         let store = RedisStore::connect_with(
-            &format!("redis://{}", proxy.addr()),
+            &redis_util::via(proxy.addr(), &self.url),
             RedisOptions::new()
                 .prefix(prefix)
                 .response_timeout(HANG_TIMEOUT)

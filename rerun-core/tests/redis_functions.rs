@@ -16,7 +16,7 @@ use rerun_core::store::redis::{RedisOptions, RedisStore};
 use rerun_core::testing::proxy::Proxy;
 use rerun_core::{Call, Error, Key, Store};
 
-use redis_util::{cleanup, raw, unique, url};
+use redis_util::{cleanup, raw, unique, upstream, url, via};
 
 /// A TCP proxy that records the name of every command a client sends (parsed from the RESP
 /// arrays on the wire), so a test counts the round trips of a call as the server receives them.
@@ -110,14 +110,6 @@ fn command(buf: &[u8]) -> Option<(String, usize)> {
         }
     }
     Some((name, at))
-}
-
-fn upstream(url: &str) -> String {
-    url.trim_start_matches("redis://")
-        .split(['/', '?'])
-        .next()
-        .unwrap_or("127.0.0.1:6379")
-        .to_owned()
 }
 
 fn options(name: &str) -> RedisOptions {
@@ -312,12 +304,9 @@ fn a_call_of_several_round_trips_ends_by_its_deadline() {
     let Some(url) = url() else { return };
     let proxy = Proxy::start(&upstream(&url)).expect("a proxy");
     let limit = Duration::from_secs(1);
-    let (store, own) = own_store_with(
-        &url,
-        &format!("redis://{}", proxy.addr()),
-        "fn-deadline",
-        |options| options.response_timeout(limit),
-    );
+    let (store, own) = own_store_with(&url, &via(proxy.addr(), &url), "fn-deadline", |options| {
+        options.response_timeout(limit)
+    });
     let key = Key::new("fn", "deadline");
     assert!(Store::inspect(&store, &key).expect("a read").is_none());
     delete_library(&url, &own.name);

@@ -1215,15 +1215,10 @@ fn the_async_half_needs_no_timer_and_keeps_the_store_s_limit() {
         .block_on(Call::new("s", "timerless").run_async(&store, async { Ok::<_, Error>(1) }));
     assert!(matches!(&out, Ok(o) if o.value == 1), "{out:?}");
 
-    let upstream = url
-        .trim_start_matches("redis://")
-        .split(['/', '?'])
-        .next()
-        .unwrap_or("127.0.0.1:6379")
-        .to_owned();
-    let proxy = rerun_core::testing::proxy::Proxy::start(&upstream).expect("a proxy");
+    let proxy =
+        rerun_core::testing::proxy::Proxy::start(&redis_util::upstream(&url)).expect("a proxy");
     let slow = RedisStore::connect_with(
-        &format!("redis://{}", proxy.addr()),
+        &redis_util::via(proxy.addr(), &url),
         RedisOptions::new()
             .prefix(format!("{name}:"))
             .client_name(&name)

@@ -16,6 +16,25 @@ pub fn unique(test: &str) -> String {
     rerun_core::testing::conformance::unique(&format!("rerun-test-{test}"))
 }
 
+/// The server's `host:port` in a Redis URL (what a proxy in front of it connects to).
+#[allow(dead_code)]
+pub fn upstream(url: &str) -> String {
+    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+    let authority = rest.split(['/', '?']).next().unwrap_or("127.0.0.1:6379");
+    authority
+        .rsplit_once('@')
+        .map_or(authority, |(_, host)| host)
+        .to_owned()
+}
+
+/// `url` with its server replaced by `addr` (a proxy's): the credentials, database and
+/// options stay.
+#[allow(dead_code)]
+pub fn via(addr: std::net::SocketAddr, url: &str) -> String {
+    let host = upstream(url);
+    url.replacen(&host, &addr.to_string(), 1)
+}
+
 /// A store under a fresh prefix, whose connections are named `name` in `CLIENT LIST`.
 pub fn store(url: &str, name: &str) -> RedisStore {
     RedisStore::connect_with(

@@ -118,11 +118,21 @@ impl Library {
     /// Loads the library again on `conn`, after a call found it gone (a load that finds it
     /// there, loaded by another client meanwhile, counts as loaded).
     pub(super) fn load_sync(&self, conn: &mut Connection) -> RedisResult<()> {
+        self.reloading();
+        load_result(self.load_cmd().query(conn))
+    }
+
+    /// The async twin of [`Library::load_sync`].
+    pub(super) async fn load_async(&self, conn: &mut MultiplexedConnection) -> RedisResult<()> {
+        self.reloading();
+        load_result(self.load_cmd().query_async(conn).await)
+    }
+
+    fn reloading(&self) {
         tracing::debug!(
             library = self.name(),
             "rerun: Redis lost rerun's functions; loading them again"
         );
-        load_result(self.load_cmd().query(conn))
     }
 
     /// Whether `FUNCTION LOAD`'s reply means the library is there: loaded now, or already (by
@@ -319,11 +329,7 @@ impl RedisStore {
         let call = library.fcall(t, record, args);
         let mut reply = call.query_async::<Value>(conn).await;
         if matches!(&reply, Err(e) if miss(e) == Some(Miss::Gone)) {
-            tracing::debug!(
-                library = library.name(),
-                "rerun: Redis lost rerun's functions; loading them again"
-            );
-            reply = match load_result(library.load_cmd().query_async(conn).await) {
+            reply = match library.load_async(conn).await {
                 Ok(()) => call.query_async(conn).await,
                 Err(e) => Err(e),
             };
