@@ -94,10 +94,13 @@ pub fn app(store: SqliteStore, bank: Arc<Bank>) -> Router {
     let idempotency = IdempotencyLayer::new(store)
         .required(true)
         .principal(|req: &http::request::Parts| {
-            // In a real service, the account the authentication layer found.
+            // The account, never the credential: keys are stored and listed (`rerunctl ls`).
+            // In a real service, the account the authentication layer found; here the bearer
+            // token is the account's name.
             req.headers
                 .get(http::header::AUTHORIZATION)
                 .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.strip_prefix("Bearer "))
                 .map(str::to_owned)
         })
         .ttl(Duration::from_secs(24 * 3600));

@@ -100,7 +100,10 @@ fn service_urls<const N: usize>(vars: [&str; N], what: &str) -> Option<[String; 
         .map(|(var, _)| *var)
         .collect();
     assert!(
-        std::env::var("RERUN_REQUIRE_SERVICES").as_deref() != Ok("1"),
+        !matches!(
+            std::env::var("RERUN_REQUIRE_SERVICES").as_deref(),
+            Ok("1" | "true")
+        ),
         "RERUN_REQUIRE_SERVICES=1 but {} unset (needed by {what})",
         unset.join(" and ")
     );
