@@ -83,7 +83,8 @@ use proc_macro::TokenStream;
 /// reference: for `fn charge(&self, order: &Order, attempt: u32)`, write
 /// `fn check(&self, order: &Order, attempt: &u32) -> Result<Reconciled<Receipt>, E>`
 /// (`&&Order` coerces to `&Order`). It runs before the body, which then takes the arguments, so
-/// arguments such as `db: &mut Db` work with both.
+/// arguments such as `db: &mut Db` work with both. For an `async fn` it is an `async fn` too
+/// (the call awaits it).
 ///
 /// Every duration is at most 100 years of 365 days (`"36500d"`; humantime's `"100y"` counts
 /// years of 365.25 days and is longer), the same limits the runtime enforces on `Options`.
@@ -102,7 +103,10 @@ use proc_macro::TokenStream;
 /// `#[async_trait]` (put `#[idempotent]` on the method inside the `#[async_trait]` impl). The
 /// body becomes a future that starts only if the call claims the key; `?` and `return` behave
 /// as written, and the future is `Send` when the body's is and the store is a concrete type or
-/// the global store.
+/// the global store. An async `&mut self` method cannot name a field of `self` as its store
+/// (`store = &self.store` would borrow `self` while the body holds it mutably): pass the store
+/// as an argument, or keep it behind a shared handle (`store = &*self.store.clone()` for an
+/// `Arc`).
 ///
 /// ```
 /// use rerun_core::{idempotent, Error, MemoryStore};
@@ -291,7 +295,10 @@ pub fn idempotent(attr: TokenStream, item: TokenStream) -> TokenStream {
 /// an `Error::Config`, never a surprise on the rerun after a crash.
 ///
 /// On fields: `key` (several `key` fields make a composite key, in field order) and `skip`
-/// (left out of the fingerprint). Works on structs with named fields, tuple structs
+/// (left out of the fingerprint). Each other field is fingerprinted by its type's own
+/// `Serialize`, whatever `#[serde(with = …)]` or `serialize_with` says for the event's own
+/// encoding: a field whose type is not `Serialize` (a `[u8; 64]` behind `serde_big_array`) is
+/// marked `skip`, or given a type that is. Works on structs with named fields, tuple structs
 /// (`struct Entry(#[rerun(key)] String, u64)`) and enums whose every variant has a key field;
 /// a variant's name is part of its key, so `Paid { id: 1 }` and `Refunded { id: 1 }` are two
 /// events.
