@@ -123,12 +123,32 @@ type Lane = u64;
 /// The lane of `store`'s tasks. `describe` is a store's own code, called on the caller's thread
 /// (when a claim is watched or a job submitted), outside every lock of the keeper and never on
 /// the scheduler's; one that panics puts its store's tasks in lane 0.
-fn lane_of(store: &dyn Store) -> Lane {
+fn lane_of_described(store: &dyn Store) -> Lane {
     use std::hash::BuildHasher as _;
     catch_unwind(AssertUnwindSafe(|| {
         foldhash::fast::FixedState::default().hash_one(store.describe())
     }))
     .unwrap_or(0)
+}
+
+/// The lane of `store`, as [`lane_of_described`] tells it, remembered per thread for the last
+/// store instance asked about: a thread's calls go to one store, and `describe` (a string
+/// built, then hashed) would otherwise be a few percent of a fresh call on the memory store.
+/// An instance is told by its address while held; a new store at a freed one's address may
+/// get the old one's lane, which only groups its tasks with no one's.
+fn lane_of(store: &Arc<dyn Store>) -> Lane {
+    thread_local! {
+        static LAST: std::cell::Cell<(usize, Lane)> = const { std::cell::Cell::new((0, 0)) };
+    }
+    let at = Arc::as_ptr(store) as *const () as usize;
+    LAST.with(|last| match last.get() {
+        (seen, lane) if seen == at => lane,
+        _ => {
+            let lane = lane_of_described(&**store);
+            last.set((at, lane));
+            lane
+        }
+    })
 }
 
 #[derive(Default)]
@@ -264,7 +284,7 @@ impl Keeper {
         sent: Instant,
     ) -> u64 {
         let next = later(sent, renew_interval(lease));
-        let lane = lane_of(&*store);
+        let lane = lane_of(&store);
         let mut state = self.lock();
         state.next_id += 1;
         let id = state.next_id;
@@ -301,7 +321,7 @@ impl Keeper {
     pub(crate) fn submit(&'static self, job: Job) {
         self.lock().submitted += 1;
         let lane = match &job {
-            Job::Release(store, _) | Job::MarkUnknown(store, _) => lane_of(&**store),
+            Job::Release(store, _) | Job::MarkUnknown(store, _) => lane_of(store),
         };
         self.spawn_task(
             lane,
