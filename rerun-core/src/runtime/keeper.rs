@@ -13,7 +13,8 @@
 //!   [`MAX_WORKERS_PER_STORE`] workers at once, so a store that hangs with many claims in flight
 //!   leaves the other workers to the other stores; a free worker takes a task of the store with
 //!   the fewest running, and a store with none running gets a worker even when all
-//!   [`MAX_WORKERS`] are busy (so they number at most that plus one per store).
+//!   [`MAX_WORKERS`] are busy (so they number at most that plus one per store, and never more
+//!   than twice the limit).
 //!
 //! A store call that panics (a store a user wrote, say) is caught and logged; so is a waker that
 //! panics. The keeper keeps going.
@@ -50,6 +51,10 @@ pub(crate) const MAX_WORKERS: usize = 64;
 /// The most workers the tasks of one store occupy at once: a quarter of them, so that a few
 /// stores that hang leave workers to the rest.
 pub(crate) const MAX_WORKERS_PER_STORE: usize = MAX_WORKERS / 4;
+
+/// The most worker threads at all: the limit, and one more for each store with none running
+/// while all of those are busy, up to as many again.
+const MAX_THREADS: usize = MAX_WORKERS * 2;
 
 /// How long an idle worker waits for work before it exits (one always stays).
 const WORKER_IDLE: Duration = Duration::from_secs(10);
@@ -189,18 +194,15 @@ impl Pool {
         Some((lane, task))
     }
 
-    /// Counts a task of `lane` as done; whether the lane was full (a task of it may be held
-    /// back in the queue, and can run now).
-    fn finished(&mut self, lane: Lane) -> bool {
+    /// Counts a task of `lane` as done.
+    fn finished(&mut self, lane: Lane) {
         let Some(n) = self.running.get_mut(&lane) else {
-            return false;
+            return;
         };
-        let was_full = *n >= MAX_WORKERS_PER_STORE;
         *n -= 1;
         if *n == 0 {
             self.running.remove(&lane);
         }
-        was_full
     }
 }
 
@@ -328,10 +330,13 @@ impl Keeper {
             Box::new(move || {
                 // Counted as run even when the store's call panics: `settle` waits for it.
                 if let Err(panic) = catch_unwind(AssertUnwindSafe(|| run_job(job))) {
-                    tracing::error!(
-                        panic = %panic_text(&*panic),
-                        "rerun: a store panicked giving back a claim; its lease will end it"
-                    );
+                    quietly(|| {
+                        tracing::error!(
+                            panic = %panic_text(&*panic),
+                            "rerun: a store panicked giving back a claim; its lease will end it"
+                        );
+                        drop(panic);
+                    });
                 }
                 let mut state = self.lock();
                 state.finished += 1;
@@ -367,7 +372,13 @@ impl Keeper {
     /// Queues a task of `lane`; starts a worker when no idle one is left for it.
     fn spawn_task(&'static self, lane: Lane, task: Task) {
         let mut pool = self.pool();
-        if pool.threads >= MAX_WORKERS && pool.idle == 0 && !pool.running.contains_key(&lane) {
+        // An idle worker that a queued task already woke is not free for this one.
+        let free = pool.idle > pool.tasks.len();
+        if pool.threads >= MAX_WORKERS
+            && pool.threads < MAX_THREADS
+            && !free
+            && !pool.running.contains_key(&lane)
+        {
             // Every worker is busy (most likely waiting out store deadlines), none with this
             // task's store: it gets a worker beyond the limit all the same, so that a few
             // stores that hang with a full share each cannot hold up every other store's
@@ -420,26 +431,38 @@ impl Keeper {
 
     fn work(&'static self, mut first: Option<(Lane, Task)>) {
         let mut pool = self.pool();
+        let mut timed_out = false;
         loop {
             if let Some((lane, task)) = first.take().or_else(|| pool.next_task()) {
                 drop(pool);
-                if let Err(panic) = catch_unwind(AssertUnwindSafe(task)) {
-                    tracing::error!(
-                        panic = %panic_text(&*panic),
-                        "rerun: a lease task panicked; the keeper goes on"
-                    );
-                }
+                // A panic of the task, or of what reports it (a subscriber's code), or of its
+                // payload's destructor, leaves the counts right.
+                quietly(|| {
+                    if let Err(panic) = catch_unwind(AssertUnwindSafe(task)) {
+                        tracing::error!(
+                            panic = %panic_text(&*panic),
+                            "rerun: a lease task panicked; the keeper goes on"
+                        );
+                        drop(panic);
+                    }
+                });
                 pool = self.pool();
-                if pool.finished(lane) && !pool.tasks.is_empty() {
+                pool.finished(lane);
+                if !pool.tasks.is_empty() && pool.idle > 0 {
                     // A task held back for its lane may run now, on an idle worker.
                     self.work.notify_one();
                 }
-                if pool.threads > MAX_WORKERS && pool.idle > 0 {
-                    // One beyond the limit, with another worker free: not needed.
-                    pool.threads -= 1;
-                    return;
-                }
+                timed_out = false;
                 continue;
+            }
+            // No task this worker may take. It exits when it has been idle for a while and
+            // the queue is empty, or when it is one beyond the limit (the tasks left are held
+            // back for stores whose share is busy) and has been idle, or another worker is.
+            let beyond = pool.threads > MAX_WORKERS;
+            let spare = pool.tasks.is_empty() || beyond;
+            if pool.threads > 1 && ((timed_out && spare) || (beyond && pool.idle > 0)) {
+                pool.threads -= 1;
+                return;
             }
             pool.idle += 1;
             let (guard, timeout) = self
@@ -452,13 +475,7 @@ impl Keeper {
                 });
             pool = guard;
             pool.idle -= 1;
-            // An idle worker exits when the queue is empty, or when it is one beyond the limit
-            // (the tasks left are held back for stores whose share is busy).
-            let spare = pool.tasks.is_empty() || pool.threads > MAX_WORKERS;
-            if timeout && spare && pool.threads > 1 {
-                pool.threads -= 1;
-                return;
-            }
+            timed_out = timeout;
         }
     }
 
@@ -630,6 +647,15 @@ fn run_job(job: Job) {
         Err(e) => {
             tracing::warn!(key = %telemetry::key_field(key), error = %telemetry::error_field(&e), "rerun: could not give back the claim of a dropped call; its lease will end it")
         }
+    }
+}
+
+/// Runs `f`, which only reports (a log event, a payload dropped), so that a panic in it (a
+/// subscriber's code, a payload's destructor) is dropped too, without a word: the keeper's
+/// counts stay right.
+fn quietly(f: impl FnOnce()) {
+    if let Err(panic) = catch_unwind(AssertUnwindSafe(f)) {
+        std::mem::forget(panic);
     }
 }
 
