@@ -389,6 +389,9 @@ fn a_damaged_completed_record_is_corrupt_not_replayed() {
         ("holder length", with(&whole, 101, b"z")),
         ("truncated holder", with(&whole, 99, b"9999")),
         ("short header", whole[..90].to_vec()),
+        // A sign the standard parser takes: the scripts read digits alone.
+        ("signed fence", with(&whole, 3, b"+")),
+        ("signed holder length", with(&whole, 99, b"+")),
     ]);
     // A released record damaged where Lua's `tonumber` would still read a number (a space, a
     // hex prefix, an exponent): the claim must not take it for free and overwrite it.
