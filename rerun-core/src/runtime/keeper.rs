@@ -483,20 +483,27 @@ impl Keeper {
 
     fn schedule(&'static self) {
         loop {
-            // Nothing in a round should panic; if something does, log it and keep serving.
+            // Nothing in a round should panic; if something does, log it and keep serving (a
+            // panic of what reports it, a subscriber's code, included).
             if let Err(panic) = catch_unwind(AssertUnwindSafe(|| self.round())) {
-                tracing::error!(
-                    panic = %panic_text(&*panic),
-                    "rerun: the lease keeper panicked; it goes on"
-                );
+                quietly(|| {
+                    tracing::error!(
+                        panic = %panic_text(&*panic),
+                        "rerun: the lease keeper panicked; it goes on"
+                    );
+                    drop(panic);
+                });
             }
         }
     }
 
-    /// Dispatches what is due, then sleeps until the next deadline or a nudge.
+    /// Dispatches what is due, then sleeps until the next deadline or a nudge. What it reports
+    /// (a lease that lapsed, a waker that panicked) it reports after the round's work is handed
+    /// out, each report on its own: a subscriber's code that panics stops no renewal or timer.
     fn round(&'static self) {
         let mut state = self.lock();
         let now = Instant::now();
+        let mut lapsed = Vec::new();
         let mut woken = Vec::new();
         while let Some(entry) = state.timers.first_entry() {
             if entry.key().0 > now {
@@ -511,12 +518,7 @@ impl Keeper {
             }
             if !l.lapsed && l.safe_until <= now {
                 l.lapsed = true;
-                tracing::warn!(
-                    key = %telemetry::key_field(&l.claim.key),
-                    fence = l.claim.fence,
-                    lease = ?l.lease,
-                    "rerun: a lease ran out before it could be renewed; another caller may take the key over, and this attempt's result will then not be recorded"
-                );
+                lapsed.push((l.claim.clone(), l.lease));
             }
             if !l.in_flight && l.next <= now {
                 l.in_flight = true;
@@ -534,11 +536,14 @@ impl Keeper {
             })
             .chain(state.timers.first_key_value().map(|((at, _), _)| *at))
             .min();
-        if !(due.is_empty() && woken.is_empty()) {
+        if !(due.is_empty() && woken.is_empty() && lapsed.is_empty()) {
             drop(state);
             for waker in woken {
                 if let Err(panic) = catch_unwind(AssertUnwindSafe(|| waker.wake())) {
-                    tracing::error!(panic = %panic_text(&*panic), "rerun: a waker panicked");
+                    quietly(|| {
+                        tracing::error!(panic = %panic_text(&*panic), "rerun: a waker panicked");
+                        drop(panic);
+                    });
                 }
             }
             for (id, lane, store, claim, lease) in due {
@@ -546,6 +551,16 @@ impl Keeper {
                     lane,
                     Box::new(move || self.renew(id, &*store, &claim, lease)),
                 );
+            }
+            for (claim, lease) in lapsed {
+                quietly(|| {
+                    tracing::warn!(
+                        key = %telemetry::key_field(&claim.key),
+                        fence = claim.fence,
+                        lease = ?lease,
+                        "rerun: a lease ran out before it could be renewed; another caller may take the key over, and this attempt's result will then not be recorded"
+                    )
+                });
             }
             return;
         }
@@ -575,39 +590,48 @@ impl Keeper {
                 format!("renewing the lease panicked: {}", panic_text(&*panic)),
             ))
         });
-        telemetry::renewal(match &result {
-            Ok(()) => "ok",
-            Err(Error::LeaseLost { .. }) => "lost",
-            Err(_) => "failed",
-        });
         let mut state = self.lock();
         let now = Instant::now();
         let Some(l) = state.leases.get_mut(&id) else {
             // Settled meanwhile.
+            drop(state);
+            quietly(|| telemetry::renewal(renewal_outcome(&result)));
             return;
         };
         l.in_flight = false;
-        let next = match result {
+        // The lease's record first, then what is reported of it (metrics, log events: a
+        // recorder's or a subscriber's code that panics must not leave the lease unscheduled).
+        let mut back = false;
+        match &result {
             Ok(()) => {
                 l.safe_until = later(sent, lease);
                 if l.lapsed && l.safe_until > now {
                     l.lapsed = false;
-                    tracing::info!(key = %telemetry::key_field(&claim.key), fence = claim.fence, "rerun: a lapsed lease was renewed after all; the claim still stands");
+                    back = true;
                 }
-                later(now, renew_interval(lease))
+                l.next = later(now, renew_interval(lease));
             }
+            Err(Error::LeaseLost { .. }) => l.lost = true,
+            Err(_) => l.next = later(now, retry_interval(lease)),
+        }
+        if !l.lost {
+            let next = l.next;
+            self.nudge(&mut state, next);
+        }
+        drop(state);
+        quietly(|| telemetry::renewal(renewal_outcome(&result)));
+        quietly(|| match &result {
+            Ok(()) if back => {
+                tracing::info!(key = %telemetry::key_field(&claim.key), fence = claim.fence, "rerun: a lapsed lease was renewed after all; the claim still stands");
+            }
+            Ok(()) => {}
             Err(Error::LeaseLost { .. }) => {
-                l.lost = true;
                 tracing::warn!(key = %telemetry::key_field(&claim.key), fence = claim.fence, "rerun: the lease was taken over while the body ran; its result will not be recorded");
-                return;
             }
             Err(e) => {
-                tracing::warn!(key = %telemetry::key_field(&claim.key), fence = claim.fence, error = %telemetry::error_field(&e), "rerun: renewing a lease failed; retrying");
-                later(now, retry_interval(lease))
+                tracing::warn!(key = %telemetry::key_field(&claim.key), fence = claim.fence, error = %telemetry::error_field(e), "rerun: renewing a lease failed; retrying");
             }
-        };
-        l.next = next;
-        self.nudge(&mut state, next);
+        });
     }
 
     // ---- timers ---------------------------------------------------------------------------
@@ -634,6 +658,15 @@ impl Keeper {
 
     fn cancel_timer(&self, at: Instant, id: u64) {
         self.lock().timers.remove(&(at, id));
+    }
+}
+
+/// A renewal's outcome as the `rerun_lease_renewals_total` counter labels it.
+fn renewal_outcome(result: &Result<(), Error>) -> &'static str {
+    match result {
+        Ok(()) => "ok",
+        Err(Error::LeaseLost { .. }) => "lost",
+        Err(_) => "failed",
     }
 }
 
