@@ -7,18 +7,23 @@
 //! cargo run -p rerun-examples --bin payment      # an at-most-once charge with `reconcile`
 //! cargo run -p rerun-examples --bin worker       # a job worker that dies halfway and converges
 //! cargo run -p rerun-examples --bin startup      # a one-time migration, two instances at once
-//! cargo run -p rerun-examples --bin metrics      # rerun's metrics exposed for Prometheus
-//! cargo run -p rerun-examples --bin http         # a payments API behind the Idempotency-Key layer
-//! cargo run -p rerun-examples --bin orders_nats  # an order-events consumer on NATS JetStream
-//! cargo run -p rerun-examples --bin orders_amqp  # the same consumer on RabbitMQ
+//! cargo run -p rerun-examples --features metrics --bin metrics     # rerun's metrics for Prometheus
+//! cargo run -p rerun-examples --features http --bin http           # a payments API behind the Idempotency-Key layer
+//! cargo run -p rerun-examples --features orders --bin orders_nats  # an order-events consumer on NATS JetStream
+//! cargo run -p rerun-examples --features orders --bin orders_amqp  # the same consumer on RabbitMQ
 //! ```
 //!
-//! Every program works in a fresh temporary directory, so each run prints the same story.
+//! Every program works in a fresh temporary directory, so each run prints the same story. The
+//! last four need the package's features of the same names, which bring in what they use (an
+//! HTTP server and client, PostgreSQL, the brokers' clients): the first five build without them.
 
 use std::fmt;
 
+#[cfg(feature = "http")]
 pub mod http;
+#[cfg(feature = "metrics")]
 pub mod metrics;
+#[cfg(feature = "orders")]
 pub mod orders;
 pub mod payment;
 pub mod quickstart;

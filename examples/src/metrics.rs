@@ -2,8 +2,8 @@
 //! and a `/metrics` endpoint (`metrics-exporter-prometheus`) scraped over HTTP.
 //!
 //! ```text
-//! cargo run -p rerun-examples --bin metrics            # runs, scrapes itself, prints the series
-//! cargo run -p rerun-examples --bin metrics -- --serve # and keeps serving 127.0.0.1:9464/metrics
+//! cargo run -p rerun-examples --features metrics --bin metrics            # runs, scrapes itself, prints the series
+//! cargo run -p rerun-examples --features metrics --bin metrics -- --serve # and keeps serving 127.0.0.1:9464/metrics
 //! ```
 
 use std::io::{Read, Write};

@@ -75,6 +75,7 @@ fn startup() {
     assert!(out.contains("the migration ran 1 time(s) in all"), "{out}");
 }
 
+#[cfg(feature = "http")]
 #[test]
 fn http() {
     let out = deterministic(env!("CARGO_BIN_EXE_http"));
@@ -88,6 +89,7 @@ fn http() {
 
 /// The values of the services' URL variables `vars`, all set, for `what`; when one is unset,
 /// a notice and `None` (the caller skips), or a failure under `RERUN_REQUIRE_SERVICES=1`.
+#[cfg(feature = "orders")]
 fn service_urls<const N: usize>(vars: [&str; N], what: &str) -> Option<[String; N]> {
     let urls = vars.map(|var| std::env::var(var).ok());
     if urls.iter().all(Option::is_some) {
@@ -114,6 +116,7 @@ fn service_urls<const N: usize>(vars: [&str; N], what: &str) -> Option<[String; 
 /// The order-events examples need PostgreSQL and their broker: they run when the tests' URLs
 /// are set (and are handed to the example), and skip with a notice otherwise, unless
 /// `RERUN_REQUIRE_SERVICES=1`.
+#[cfg(feature = "orders")]
 fn orders(bin: &str, broker_var: &str, example_var: &str) {
     let Some([pg, broker]) = service_urls(["RERUN_TEST_POSTGRES_URL", broker_var], bin) else {
         return;
@@ -139,6 +142,7 @@ fn orders(bin: &str, broker_var: &str, example_var: &str) {
     assert_eq!(out.matches(": 1 receipt(s)").count(), 4, "{out}");
 }
 
+#[cfg(feature = "orders")]
 #[test]
 fn orders_nats() {
     orders(
@@ -148,6 +152,7 @@ fn orders_nats() {
     );
 }
 
+#[cfg(feature = "orders")]
 #[test]
 fn orders_amqp() {
     orders(
@@ -161,6 +166,7 @@ fn orders_amqp() {
 /// AMQP, it fails with the client's error, and neither panics nor hangs. (With lapin's default
 /// TLS, aws-lc, beside async-nats' ring, rustls refused to choose between two crypto libraries:
 /// a panic in the client's I/O thread, and the connection waited for ever.)
+#[cfg(feature = "orders")]
 #[test]
 fn orders_amqp_over_tls_fails_with_an_error() {
     let Some([broker]) = service_urls(["RERUN_TEST_AMQP_URL"], "the amqps:// check") else {

@@ -1,4 +1,4 @@
-//! `cargo run -p rerun-examples --bin http` (a self-test), or `-- --serve` to keep serving.
+//! `cargo run -p rerun-examples --features http --bin http` (a self-test), or `-- --serve` to keep serving.
 fn main() -> std::process::ExitCode {
     if std::env::args().any(|a| a == "--serve") {
         return match rerun_examples::http::serve_forever() {

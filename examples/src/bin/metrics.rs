@@ -1,4 +1,4 @@
-//! `cargo run -p rerun-examples --bin metrics [-- --serve]`
+//! `cargo run -p rerun-examples --features metrics --bin metrics [-- --serve]`
 fn main() -> std::process::ExitCode {
     let serve = std::env::args().any(|a| a == "--serve");
     let addr: std::net::SocketAddr = if serve {
