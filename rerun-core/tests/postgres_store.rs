@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use postgres_common::{claimed, fresh, psql, request, url};
 use rerun_core::record::{ClaimResponse, Status};
-use rerun_core::store::postgres::{PostgresStore, MAX_KEY_BYTES, SCHEMA_VERSION};
+use rerun_core::store::postgres::{PostgresStore, MAX_KEY_BYTES, MAX_POOL_SIZE, SCHEMA_VERSION};
 use rerun_core::{AsyncStore, Call, Error, Fingerprint, Holder, Key, Store};
 
 const LONG: Duration = Duration::from_secs(60);
@@ -511,6 +511,35 @@ fn connect_failures_are_errors_in_and_out_of_a_runtime() {
             assert!(rerun_core::open_url("postgres://postgres@127.0.0.1:1/test").is_err());
         });
     }
+}
+
+/// A builder prints its URL as the store's errors do, the password hidden; a pool size too
+/// large for any server is the largest a server allows, and connects.
+#[test]
+fn a_builder_hides_its_password_and_takes_any_pool_size() {
+    let builder =
+        PostgresStore::builder("postgres://app:s3cret@db.internal/app").pool_size(usize::MAX);
+    let shown = format!("{builder:?}");
+    assert!(
+        !shown.contains("s3cret") && shown.contains("***"),
+        "{shown}"
+    );
+    assert!(
+        shown.contains(&format!("pool_size: {MAX_POOL_SIZE}")),
+        "{shown}"
+    );
+    let Some(url) = url() else { return };
+    let table = postgres_common::Table {
+        url: url.clone(),
+        name: postgres_common::unique_table("pool_max"),
+    };
+    let store = PostgresStore::builder(&url)
+        .table(&table.name)
+        .pool_size(usize::MAX)
+        .connect()
+        .unwrap_or_else(|e| panic!("connecting to {url}: {e}"));
+    let ran = Call::new("pool", "max").run(&store, || Ok::<_, Error>(1u8));
+    assert!(matches!(ran, Ok(ref o) if o.value == 1), "{ran:?}");
 }
 
 /// A row whose lease or expiry is NULL cannot be judged: it is `Corrupt`, not a retryable

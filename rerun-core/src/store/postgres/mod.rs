@@ -55,6 +55,10 @@ const DEFAULT_POOL_SIZE: usize = 16;
 /// accepts (`i32::MAX` milliseconds, about 24.8 days).
 pub const MAX_OP_TIMEOUT: Duration = Duration::from_millis(i32::MAX as u64);
 
+/// The largest [`PostgresBuilder::pool_size`]: the most connections a PostgreSQL server
+/// accepts (`max_connections` is at most 2^18 - 1).
+pub const MAX_POOL_SIZE: usize = 262_143;
+
 /// How long one store call may take by default (see [`PostgresBuilder::op_timeout`]).
 pub const DEFAULT_OP_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -105,7 +109,7 @@ struct Inner {
 ///     .connect()?;
 /// # Ok::<(), rerun_core::Error>(())
 /// ```
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 #[must_use = "a builder does nothing until `connect` is called"]
 pub struct PostgresBuilder {
     url: String,
@@ -166,9 +170,10 @@ impl PostgresBuilder {
     }
 
     /// How many connections each half of the store (sync and async) opens at most
-    /// (default 16). Callers beyond that wait for a free connection.
+    /// (default 16). Callers beyond that wait for a free connection. At least 1 and at most
+    /// [`MAX_POOL_SIZE`]; a larger one is that.
     pub fn pool_size(mut self, size: usize) -> Self {
-        self.pool_size = size.max(1);
+        self.pool_size = size.clamp(1, MAX_POOL_SIZE);
         self
     }
 
@@ -638,6 +643,21 @@ fn split_rerun_params(url: &str) -> (String, Vec<(String, String)>) {
 
 fn unexpected(what: &str) -> Error {
     Error::store_msg(None, format!("PostgreSQL: {what}: unexpected reply"))
+}
+
+/// The URL's password is shown as `***`, as in the store's errors.
+impl std::fmt::Debug for PostgresBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresBuilder")
+            .field("url", &crate::redact(&self.url))
+            .field("table", &self.table)
+            .field("schema", &self.schema)
+            .field("pool_size", &self.pool_size)
+            .field("max_result_bytes", &self.max_result_bytes)
+            .field("op_timeout", &self.op_timeout)
+            .field("migration_timeout", &self.migration_timeout)
+            .finish()
+    }
 }
 
 impl std::fmt::Debug for PostgresStore {
