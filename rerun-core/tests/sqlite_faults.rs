@@ -192,6 +192,92 @@ fn a_database_of_schema_1_is_migrated_when_opened() {
     );
 }
 
+/// rerun 0.1 stored a monotonic deadline past `i64::MAX` nanoseconds (a ttl or lease of about
+/// 292 years or more: "forever") wrapped negative, and read it back as unsigned. The migration
+/// stores it as this build does (`i64::MAX`): the record replays instead of being corrupt, and
+/// purging does not take it for expired.
+#[test]
+fn a_schema_1_deadline_stored_negative_is_forever_after_the_migration() {
+    let dir = dir();
+    // The row a completed call and an open claim leave, as this build writes them.
+    let donor_path = dir.path().join("donor.sqlite3");
+    let donor = SqliteStore::open(&donor_path).unwrap();
+    for id in ["forever", "open"] {
+        Call::new("s", id)
+            .run(&donor, || Ok::<_, Error>(5u32))
+            .unwrap();
+    }
+    drop(donor);
+    let columns = "scope, id, status, fence, fingerprint, holder, once, boot_id, lease_until, \
+                   expires_mono, expires_wall, result";
+    let donor = rusqlite::Connection::open(&donor_path).unwrap();
+    let mut rows = donor
+        .prepare(&format!("SELECT {columns} FROM rerun_records"))
+        .unwrap();
+    let rows: Vec<Vec<rusqlite::types::Value>> = rows
+        .query_map([], |r| (0..12).map(|i| r.get(i)).collect())
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(rows.len(), 2);
+    let path = dir.path().join("v1.sqlite3");
+    let old = rusqlite::Connection::open(&path).unwrap();
+    old.execute_batch(
+        "CREATE TABLE rerun_meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;
+         INSERT INTO rerun_meta VALUES ('schema_version', 1), ('fence', 7);
+         CREATE TABLE rerun_records (scope TEXT NOT NULL, id TEXT NOT NULL, status TEXT NOT NULL,
+             fence INTEGER NOT NULL, fingerprint BLOB NOT NULL, holder TEXT, once INTEGER NOT NULL,
+             boot_id TEXT NOT NULL, lease_until INTEGER NOT NULL, expires_mono INTEGER NOT NULL,
+             expires_wall INTEGER NOT NULL, result BLOB, PRIMARY KEY (scope, id)) WITHOUT ROWID;",
+    )
+    .unwrap();
+    for row in &rows {
+        old.execute(
+            &format!("INSERT INTO rerun_records ({columns}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)"),
+            rusqlite::params_from_iter(row),
+        )
+        .unwrap();
+    }
+    // 0.1's "forever": `u64::MAX` nanoseconds (saturated) written `as i64`; and a 400-year
+    // deadline, wrapped.
+    let wrapped = (400u64 * 365 * 24 * 3600 * 1_000_000_000) as i64;
+    assert!(wrapped < 0);
+    old.execute(
+        "UPDATE rerun_records SET expires_mono = -1, expires_wall = 9000000000000000
+         WHERE id LIKE '%forever'",
+        [],
+    )
+    .unwrap();
+    old.execute(
+        "UPDATE rerun_records SET status = 'in_progress', lease_until = ?1, result = NULL,
+             expires_mono = 0, expires_wall = 0
+         WHERE id LIKE '%open'",
+        [wrapped],
+    )
+    .unwrap();
+    drop(old);
+    let store = SqliteStore::open(&path).unwrap();
+    let again = Call::new("s", "forever").run(&store, || Ok::<_, Error>(6u32));
+    assert!(
+        matches!(again, Ok(ref o) if o.replayed && o.value == 5),
+        "{again:?}"
+    );
+    assert_eq!(store.purge_expired(100).unwrap(), 0);
+    assert!(store.inspect(&Key::new("s", "forever")).unwrap().is_some());
+    let open = store.inspect(&Key::new("s", "open"));
+    assert!(matches!(open, Ok(Some(_))), "{open:?}");
+    let stored: (i64, i64) = rusqlite::Connection::open(&path)
+        .unwrap()
+        .query_row(
+            "SELECT (SELECT expires_mono FROM rerun_records WHERE id LIKE '%forever'),
+                    (SELECT lease_until FROM rerun_records WHERE id LIKE '%open')",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    assert_eq!(stored, (i64::MAX, i64::MAX));
+}
+
 /// A burst of hundreds of short-lived threads, under a low limit of open files: callers queue
 /// for the capped pool instead of failing, and the idle pool shrinks afterwards.
 #[test]

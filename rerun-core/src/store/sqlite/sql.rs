@@ -14,12 +14,19 @@ pub const SCHEMA_VERSION: i64 = 4;
 /// inside the `BEGIN IMMEDIATE` transaction of [`SCHEMA`], so that when many processes open an
 /// old file at once exactly one migrates it and the others find it migrated.
 ///
+/// The step to 2 also stores the monotonic deadlines rerun 0.1 wrapped negative (it wrote
+/// `u64` nanoseconds `as i64`, so a ttl or lease of about 292 years or more came out below
+/// zero, and read them back as `u64`) as this build stores "forever", `i64::MAX`: read as
+/// signed, they would be corrupt, and purging would take them for expired.
+///
 /// The step to 4 carries the old counter over as the floor and deletes the counter's row: a
 /// process of an earlier build still running draws its fences from that row, so its claims now
 /// fail with a store error ("drawing a fence") instead of handing out a fence this build does
 /// not know of; its replays keep working.
 pub(super) const MIGRATIONS: &[&str] = &[
     "ALTER TABLE rerun_records ADD COLUMN lease_wall INTEGER NOT NULL DEFAULT 0;
+     UPDATE rerun_records SET expires_mono = 9223372036854775807 WHERE expires_mono < 0;
+     UPDATE rerun_records SET lease_until = 9223372036854775807 WHERE lease_until < 0;
      UPDATE rerun_meta SET value = 2 WHERE name = 'schema_version';",
     "ALTER TABLE rerun_records ADD COLUMN changed_wall INTEGER NOT NULL DEFAULT 0;
      CREATE INDEX IF NOT EXISTS rerun_records_open ON rerun_records (scope, id)
