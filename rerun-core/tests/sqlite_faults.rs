@@ -773,6 +773,35 @@ fn claim_request<'a>(
     }
 }
 
+/// A clock that panics inside a store call (the call runs it on a pooled connection) costs
+/// that call and nothing else: the connection is closed and counted so, and a store of one
+/// connection still serves the next call.
+#[test]
+fn a_panic_inside_a_call_gives_its_connection_back_to_the_count() {
+    let dir = dir();
+    let clock = Meddling::default();
+    let store = SqliteStore::open_with(
+        dir.path().join("panics.sqlite3"),
+        SqliteOptions::new()
+            .clock(clock.clone())
+            .max_connections(1)
+            .busy_timeout(Duration::from_millis(500)),
+    )
+    .unwrap();
+    let key = Key::new("s", "k");
+    let holder = rerun_core::Holder::current();
+    clock.arm(|| panic!("a clock that panics (on purpose)"));
+    let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        store.claim(&claim_request(&key, &holder))
+    }));
+    assert!(panicked.is_err());
+    for _ in 0..3 {
+        let answer = store.claim(&claim_request(&key, &holder));
+        assert!(answer.is_ok(), "{answer:?}");
+    }
+    assert!(store.open_connections() <= 1);
+}
+
 /// Another process claims the key after this claim read it free and before it writes: the
 /// claim's write is refused (it would be made on what it read, which is no longer so), and the
 /// claim, made again under the write lock, finds the other holder's live lease. Had the write been

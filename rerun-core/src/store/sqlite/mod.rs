@@ -30,6 +30,7 @@ mod pool;
 mod row;
 mod sql;
 
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
@@ -227,6 +228,19 @@ fn sql_err(key: Option<&Key>, what: &str, e: rusqlite::Error) -> Error {
     }
 }
 
+/// Lowers a connection's durability back to `synchronous=NORMAL` after a statement that
+/// committed with a full sync. A failure here changes nothing of what the statement did, which
+/// is what the call reports: the connection stays at the full sync, slower but no less durable.
+fn restore_durability(conn: &Connection, key: &Key) {
+    if let Err(e) = conn.pragma_update(None, "synchronous", "NORMAL") {
+        tracing::warn!(
+            key = %crate::runtime::telemetry::key_field(key),
+            error = %e,
+            "rerun: SQLite: restoring synchronous=NORMAL after a full-sync commit failed; the connection keeps synchronous=FULL"
+        );
+    }
+}
+
 /// An I/O error on the way to the file, with the absolute path.
 fn io_err(what: String, e: std::io::Error) -> Error {
     use std::io::ErrorKind as K;
@@ -402,9 +416,19 @@ impl Inner {
             },
         )?;
         let left = deadline.saturating_sub(spent).max(Duration::from_millis(1));
-        let out = match conn.busy_timeout(left) {
+        let out = catch_unwind(AssertUnwindSafe(|| match conn.busy_timeout(left) {
             Ok(()) => f(&conn.conn),
             Err(e) => Err(sql_err(key, "setting the busy timeout", e)),
+        }));
+        let out = match out {
+            Ok(out) => out,
+            Err(panic) => {
+                // Something `f` calls panicked (a `Clock` of the options): the connection,
+                // perhaps mid-statement or inside a transaction, is closed (which rolls back)
+                // and counted closed, or the pool would count it open for good.
+                self.pool.discard(conn);
+                resume_unwind(panic);
+            }
         };
         if out.is_err() && !conn.conn.is_autocommit() {
             let _ = conn.conn.execute_batch("ROLLBACK");
@@ -499,8 +523,7 @@ impl Inner {
             let changed = stmt
                 .execute(args.as_slice())
                 .map_err(|e| sql_err(Some(key), what, e));
-            conn.pragma_update(None, "synchronous", "NORMAL")
-                .map_err(|e| sql_err(Some(key), "restoring durability", e))?;
+            restore_durability(conn, key);
             changed
         })?;
         if changed == 1 {
@@ -731,8 +754,7 @@ impl Store for Inner {
             if !conn.is_autocommit() {
                 let _ = conn.execute_batch("ROLLBACK");
             }
-            conn.pragma_update(None, "synchronous", "NORMAL")
-                .map_err(|e| sql_err(Some(key), "restoring durability", e))?;
+            restore_durability(conn, key);
             result
         })
     }

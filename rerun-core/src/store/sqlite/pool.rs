@@ -257,6 +257,13 @@ impl Pool {
     }
 
     /// Counts a connection of generation `of` as closed and wakes a waiter for its slot.
+    /// Closes a connection taken from the pool instead of handing it back.
+    pub(super) fn discard(&self, conn: Conn) {
+        let of = conn.generation;
+        drop(conn);
+        self.closed(of);
+    }
+
     fn closed(&self, of: u64) {
         let mut counts = self.counts();
         if counts.generation == of {
