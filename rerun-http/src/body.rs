@@ -9,7 +9,7 @@ use bytes::{Bytes, BytesMut};
 use http::header::CONTENT_LENGTH;
 use http::HeaderMap;
 use http_body::{Body, Frame, SizeHint};
-use http_body_util::BodyExt;
+use http_body_util::{BodyExt, LengthLimitError};
 use pin_project_lite::pin_project;
 
 /// The error type of the layer's bodies.
@@ -172,7 +172,17 @@ where
 
     fn size_hint(&self) -> SizeHint {
         match &self.inner {
-            ResponseInner::Buffered { data, .. } => exact(data),
+            ResponseInner::Buffered {
+                data,
+                trailers: None,
+            } => exact(data),
+            // Trailers need a framing that can carry them (chunked, in HTTP/1.1), which a
+            // server picks only for a body whose length it is not told exactly.
+            ResponseInner::Buffered { data, .. } => {
+                let mut hint = SizeHint::new();
+                hint.set_lower(exact(data).lower());
+                hint
+            }
             ResponseInner::Streaming { body } => body.size_hint(),
             ResponseInner::Resumed { read, rest } => {
                 let ahead: u64 = read
@@ -183,8 +193,11 @@ where
                 let rest = rest.size_hint();
                 let mut hint = SizeHint::new();
                 hint.set_lower(rest.lower().saturating_add(ahead));
-                if let Some(upper) = rest.upper() {
-                    hint.set_upper(upper.saturating_add(ahead));
+                match rest.upper() {
+                    // Trailers read ahead: no exact length, as for a buffered body.
+                    Some(_) if read.iter().any(Frame::is_trailers) => {}
+                    Some(upper) => hint.set_upper(upper.saturating_add(ahead)),
+                    None => {}
                 }
                 hint
             }
@@ -201,6 +214,9 @@ fn exact(data: &Option<Bytes>) -> SizeHint {
 pub(crate) enum ReadError {
     /// It is larger than `max_body`.
     TooLarge,
+    /// It is larger than the limit of a layer around this one (`http_body_util::Limited`, as
+    /// `tower_http`'s `RequestBodyLimitLayer` sets).
+    OverOuterLimit,
     /// The client's body failed (a broken connection, bad chunked encoding).
     Failed(BoxError),
 }
@@ -227,7 +243,7 @@ where
     let mut buf = BytesMut::new();
     let mut first: Option<Bytes> = None;
     while let Some(frame) = body.frame().await {
-        let frame = frame.map_err(|e| ReadError::Failed(e.into()))?;
+        let frame = frame.map_err(|e| failed(e.into()))?;
         let Ok(data) = frame.into_data() else {
             continue;
         };
@@ -246,6 +262,19 @@ where
         }
     }
     Ok(first.unwrap_or_else(|| buf.freeze()))
+}
+
+/// The error of a request body that failed: over a limit set around the layer when its chain
+/// of sources holds a `LengthLimitError` (a framework may wrap it in an error of its own).
+fn failed(e: BoxError) -> ReadError {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(&*e);
+    while let Some(error) = cause {
+        if error.is::<LengthLimitError>() {
+            return ReadError::OverOuterLimit;
+        }
+        cause = error.source();
+    }
+    ReadError::Failed(e)
 }
 
 /// What reading a response body whole gave.
@@ -312,4 +341,80 @@ where
         }
     }
     Captured::Whole(buf.freeze(), trailers)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    type Buffered = ResponseBody<http_body_util::Empty<Bytes>>;
+
+    fn trailers() -> HeaderMap {
+        let mut trailers = HeaderMap::new();
+        trailers.insert("x-checksum", http::HeaderValue::from_static("abc"));
+        trailers
+    }
+
+    #[test]
+    fn a_body_with_trailers_has_no_exact_length() {
+        let hint = Buffered::whole(Bytes::from_static(b"body"), None).size_hint();
+        assert_eq!(hint.exact(), Some(4));
+        let hint = Buffered::whole(Bytes::from_static(b"body"), Some(trailers())).size_hint();
+        assert_eq!((hint.lower(), hint.upper()), (4, None));
+        let hint = Buffered::whole(Bytes::new(), Some(trailers())).size_hint();
+        assert_eq!((hint.lower(), hint.upper()), (0, None));
+        // Frames read ahead of an ended body, its trailers among them.
+        let read = VecDeque::from([
+            Frame::data(Bytes::from_static(b"body")),
+            Frame::trailers(trailers()),
+        ]);
+        let rest = Box::pin(http_body_util::Empty::<Bytes>::new());
+        let hint = ResponseBody::resumed(read, rest).size_hint();
+        assert_eq!((hint.lower(), hint.upper()), (4, None));
+        let read = VecDeque::from([Frame::data(Bytes::from_static(b"body"))]);
+        let rest = Box::pin(http_body_util::Empty::<Bytes>::new());
+        assert_eq!(
+            ResponseBody::resumed(read, rest).size_hint().exact(),
+            Some(4)
+        );
+    }
+
+    /// An error that wraps another, as a framework's body error does.
+    #[derive(Debug)]
+    struct Wrapped(BoxError);
+
+    impl std::fmt::Display for Wrapped {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("the body failed")
+        }
+    }
+
+    impl std::error::Error for Wrapped {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&*self.0)
+        }
+    }
+
+    #[tokio::test]
+    async fn a_body_over_a_limit_set_around_the_layer_is_too_large_not_failed() {
+        let limited = || {
+            http_body_util::Limited::new(
+                http_body_util::Full::new(Bytes::from_static(b"0123456789")),
+                4,
+            )
+        };
+        let headers = HeaderMap::new();
+        let read = read_request(&headers, limited(), 1024).await;
+        assert!(matches!(read, Err(ReadError::OverOuterLimit)), "{read:?}");
+        // Wrapped twice, as a framework's body error may be.
+        let wrapped = limited().map_err(|e| Wrapped(Wrapped(e).into()));
+        let read = read_request(&headers, wrapped, 1024).await;
+        assert!(matches!(read, Err(ReadError::OverOuterLimit)), "{read:?}");
+        let broken =
+            http_body_util::StreamBody::new(futures_util::stream::iter([Err::<Frame<Bytes>, _>(
+                Wrapped(std::io::Error::other("reset").into()),
+            )]));
+        let read = read_request(&headers, broken, 1024).await;
+        assert!(matches!(read, Err(ReadError::Failed(_))), "{read:?}");
+    }
 }

@@ -63,20 +63,39 @@ impl StoreRef {
 /// use rerun_core::MemoryStore;
 /// use rerun_http::IdempotencyLayer;
 ///
+/// /// The caller's account, inserted into the request's extensions by the authentication
+/// /// layer (outside this one) once it has checked the caller's credentials.
+/// #[derive(Clone)]
+/// struct AccountId(String);
+///
 /// async fn create_payment(body: String) -> (http::StatusCode, String) {
 ///     (http::StatusCode::CREATED, format!("paid: {body}"))
 /// }
 ///
 /// let app: Router = Router::new().route("/payments", post(create_payment)).layer(
 ///     IdempotencyLayer::new(MemoryStore::new())
+///         // Who is calling, as authentication established it: never a header the client
+///         // sets as it likes.
 ///         .principal(|req: &http::request::Parts| {
-///             req.headers.get("x-tenant").and_then(|v| v.to_str().ok()).map(str::to_owned)
+///             req.extensions.get::<AccountId>().map(|a| a.0.clone())
 ///         })
 ///         .required(true)
 ///         .wait(Duration::from_secs(5))
 ///         .ttl(Duration::from_secs(24 * 3600)),
 /// );
 /// ```
+///
+/// # Limits
+///
+/// - A request's body is fingerprinted as it is sent, bytes and `Content-Type` included. A
+///   multipart body carries a random boundary in both: a client that encodes a multipart
+///   upload again for its retry (most HTTP clients pick a new boundary each time) sends a
+///   different request, and gets `422`. Clients must resend the same bytes.
+/// - A response is read whole before it is sent, and its key stays in progress until then. A
+///   streaming response (server-streaming gRPC, NDJSON progress) reaches its client only at
+///   its end (or past `max_body`, unrecorded), and a duplicate finds its key in progress for
+///   as long as it streams: keep such routes off the layer. Server-sent events
+///   (`text/event-stream`) are the exception: passed through as they stream, unrecorded.
 #[derive(Clone)]
 pub struct IdempotencyLayer {
     pub(crate) store: StoreRef,
@@ -148,6 +167,11 @@ impl IdempotencyLayer {
     /// principals sending the same key get two runs, and one never receives the other's
     /// response; `None` is the anonymous scope, shared by every request without a principal
     /// and by no principal.
+    ///
+    /// The principal must come from authenticated data: what the authentication layer
+    /// established and put in the request's extensions, never a value the client chooses (an
+    /// `X-Tenant` header, a field of the body). A client that could name another tenant would,
+    /// with one of its keys, receive that tenant's recorded responses.
     ///
     /// Without a principal, every client of the routes under the layer shares one key space:
     /// that is safe only when keys are unguessable (random UUIDs) and every client is trusted

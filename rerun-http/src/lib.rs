@@ -39,7 +39,7 @@
 //! | same key, different request | `422 Unprocessable Entity` |
 //! | no key where [`required(true)`](IdempotencyLayer::required) | `400 Bad Request` |
 //! | a malformed key, an empty one, one over 255 characters, or the header sent twice | `400 Bad Request` |
-//! | a body over [`max_body`](IdempotencyLayer::max_body) (1 MiB by default) | `413 Payload Too Large`; the handler does not run |
+//! | a body over [`max_body`](IdempotencyLayer::max_body) (1 MiB by default), or over the limit of a layer around this one (tower-http's `RequestBodyLimitLayer`) | `413 Payload Too Large`; the handler does not run |
 //! | the handler answers 5xx, or panics | nothing is recorded (a panic gives `500`); a retry runs the handler again |
 //! | the handler answers `text/event-stream` (server-sent events), or a body over `max_body` | returned as it streams, not recorded; a retry runs the handler again |
 //! | with [`once`](IdempotencyLayer::once), any of the last two rows, a response body that fails, or an error of the inner service | the answer as above (a panic or a failed body: `500` with a problem saying the outcome is unknown), not recorded; the key's outcome is left unknown: a retry gets that `500`, and the handler is never run twice |
@@ -55,8 +55,10 @@
 //! The key is the draft's structured-field string (`Idempotency-Key: "8e03978e"`); a bare
 //! token of visible ASCII (`Idempotency-Key: 8e03978e`) is the same key. Keys are scoped by
 //! the [`principal`](IdempotencyLayer::principal): one tenant can never receive another's
-//! recorded response, whatever key it sends. Without a principal, all clients share one key
-//! space: safe only when keys are unguessable and every client is trusted.
+//! recorded response, whatever key it sends. The principal must come from authenticated data
+//! (a request extension set by the authentication layer), never from a header the client
+//! chooses. Without a principal, all clients share one key space: safe only when keys are
+//! unguessable and every client is trusted.
 //!
 //! Keys are also scoped by route: with the `axum` feature, axum's matched route
 //! (`/payments/{id}`), so the same key sent to `/payments` and to `/refunds` names two

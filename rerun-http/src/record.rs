@@ -13,14 +13,13 @@ use crate::body::ResponseBody;
 /// The header a replayed response carries, as the draft names it.
 pub const IDEMPOTENT_REPLAYED: HeaderName = HeaderName::from_static("idempotent-replayed");
 
-/// Headers about one connection, never recorded (RFC 9110 section 7.6.1).
-const HOP_BY_HOP: [&str; 8] = [
+/// Headers about one connection, never recorded (RFC 9110 section 7.6.1). `Trailer` (which
+/// names the trailers a replay sends again) and `Proxy-Authenticate` are end-to-end: recorded.
+const HOP_BY_HOP: [&str; 6] = [
     "connection",
     "keep-alive",
     "proxy-connection",
-    "proxy-authenticate",
     "te",
-    "trailer",
     "transfer-encoding",
     "upgrade",
 ];
@@ -189,6 +188,32 @@ mod tests {
         assert_eq!(replayed.headers()["x-binary"].as_bytes(), b"\xfe\xff");
         assert!(replayed.headers().get("connection").is_none());
         assert_eq!(replayed.headers()[IDEMPOTENT_REPLAYED], "true");
+    }
+
+    #[test]
+    fn end_to_end_headers_are_recorded_and_connection_specific_ones_are_not() {
+        let response = Response::builder()
+            .status(426)
+            .header("connection", "close, upgrade")
+            .header("keep-alive", "timeout=5")
+            .header("proxy-connection", "keep-alive")
+            .header("te", "trailers")
+            .header("transfer-encoding", "chunked")
+            .header("upgrade", "h2c")
+            .header("trailer", "x-checksum")
+            .header("proxy-authenticate", "Basic realm=\"proxy\"")
+            .body(())
+            .unwrap_or_default();
+        let (parts, ()) = response.into_parts();
+        let replayed = Recorded::new(&parts, Bytes::new(), None)
+            .into_response::<()>(true)
+            .unwrap_or_else(|e| panic!("{e}"));
+        let mut names: Vec<_> = replayed.headers().keys().map(|n| n.as_str()).collect();
+        names.sort_unstable();
+        assert_eq!(
+            names,
+            ["idempotent-replayed", "proxy-authenticate", "trailer"]
+        );
     }
 
     /// The record of earlier builds, which had no trailers.

@@ -198,16 +198,20 @@ where
     let (parts, body) = req.into_parts();
     let body = match read_request(&parts.headers, body, config.max_body).await {
         Ok(body) => body,
-        Err(ReadError::TooLarge) => {
+        Err(e @ (ReadError::TooLarge | ReadError::OverOuterLimit)) => {
+            let limit = match e {
+                ReadError::TooLarge => format!(
+                    "the {} bytes this service reads for a request with an idempotency key",
+                    config.max_body
+                ),
+                _ => "what this service accepts".to_owned(),
+            };
             return Ok(Problem::new(
                 StatusCode::PAYLOAD_TOO_LARGE,
                 "body_too_large",
-                format!(
-                    "the request body is larger than the {} bytes this service reads for a request with an idempotency key",
-                    config.max_body
-                ),
+                format!("the request body is larger than {limit}"),
             )
-            .into_response())
+            .into_response());
         }
         Err(ReadError::Failed(e)) => {
             tracing::debug!(error = %e, "rerun-http: the request body could not be read");
@@ -246,10 +250,11 @@ where
         .options(config.options);
     let req = Request::from_parts(parts, RequestBody::buffered(body));
     let max_body = config.max_body;
-    // The response as the handler gave it, kept until it is recorded: one the store refuses
-    // (larger than the store's own limit on results) is still returned to the client, as one
-    // over `max_body` is, unrecorded.
-    let answered: Arc<Mutex<Option<Recorded>>> = Arc::default();
+    // The response as the handler gave it (its status, headers, extensions and version, its
+    // body read whole), which this request's client gets; the record is what a replay gets.
+    // One the store refuses (larger than the store's own limit on results) is still returned,
+    // as one over `max_body` is, unrecorded.
+    let answered: Arc<Mutex<Option<Response<ResponseBody<ResBody>>>>> = Arc::default();
     let kept = answered.clone();
     let (leave, left) = tokio::sync::oneshot::channel();
     // Polled on this request's task; if the client hangs up and the future is dropped, the
@@ -258,8 +263,8 @@ where
         let call = call.run_async(store.get(), async move {
             let failure = match CatchPanic(Box::pin(inner.call(req))).await {
                 Ok(Ok(response)) => match capture(response, max_body).await {
-                    Ok(recorded) => {
-                        *kept.lock().unwrap_or_else(|p| p.into_inner()) = Some(recorded.clone());
+                    Ok((recorded, live)) => {
+                        *kept.lock().unwrap_or_else(|p| p.into_inner()) = Some(live);
                         return Ok(recorded);
                     }
                     Err(failure) => failure,
@@ -281,12 +286,18 @@ where
             Err(failure) => Err(failure),
         }
     })));
-    match run.await {
-        // Only a record written by hand fails here; its key is not run again (as for any
-        // corrupt record, until it is forgotten).
-        Ok(Ok(outcome)) => match outcome.value.into_response(outcome.replayed) {
-            Ok(response) => Ok(response),
-            Err(kind) => Ok(problem_of(&Error::corrupt(&record_key, kind))),
+    let result = run.await;
+    let live = answered.lock().unwrap_or_else(|p| p.into_inner()).take();
+    match result {
+        Ok(Ok(outcome)) => match live.filter(|_| !outcome.replayed) {
+            // The handler ran for this request: its client gets the handler's own response.
+            Some(response) => Ok(response),
+            // Only a record written by hand fails here; its key is not run again (as for any
+            // corrupt record, until it is forgotten).
+            None => match outcome.value.into_response(outcome.replayed) {
+                Ok(response) => Ok(response),
+                Err(kind) => Ok(problem_of(&Error::corrupt(&record_key, kind))),
+            },
         },
         // The store refused to keep the response (its limit on results is below `max_body`):
         // the client gets it all the same, unrecorded, and the key was given back (released,
@@ -300,13 +311,12 @@ where
                 }
             ) =>
         {
-            let answered = answered.lock().unwrap_or_else(|p| p.into_inner()).take();
-            match answered.map(|r| r.into_response(false)) {
-                Some(Ok(response)) => {
+            match live {
+                Some(response) => {
                     tracing::info!(error = %rerun_core::telemetry::error_field(&e), "rerun-http: the store would not record the response; it was returned unrecorded");
                     Ok(response)
                 }
-                _ => Ok(problem_of(&e)),
+                None => Ok(problem_of(&e)),
             }
         }
         // A store that failed after the handler answered says so (`AfterBody`): the problem
@@ -382,10 +392,13 @@ fn problem_of<B>(e: &Error) -> Response<ResponseBody<B>> {
     e.problem().into_response()
 }
 
-/// The handler's response, read whole (with its trailers) to be recorded; or returned
-/// unrecorded when it is a 5xx or a gRPC failure of the same kind, an event stream, or larger
-/// than `max_body`.
-async fn capture<E, B>(response: Response<B>, max_body: usize) -> Result<Recorded, Failure<E, B>>
+/// The handler's response, read whole (with its trailers) to be recorded, and returned as the
+/// handler gave it with that body; or returned unrecorded when it is a 5xx or a gRPC failure
+/// of the same kind, an event stream, or larger than `max_body`.
+async fn capture<E, B>(
+    response: Response<B>,
+    max_body: usize,
+) -> Result<(Recorded, Response<ResponseBody<B>>), Failure<E, B>>
 where
     B: Body<Data = Bytes> + Send + 'static,
     B::Error: Into<BoxError>,
@@ -403,7 +416,10 @@ where
                 parts,
                 ResponseBody::whole(bytes, trailers),
             ))),
-            false => Ok(Recorded::new(&parts, bytes, trailers.as_ref())),
+            false => Ok((
+                Recorded::new(&parts, bytes.clone(), trailers.as_ref()),
+                Response::from_parts(parts, ResponseBody::whole(bytes, trailers)),
+            )),
         },
         Captured::Partial(body) => {
             tracing::info!(

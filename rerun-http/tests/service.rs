@@ -288,6 +288,146 @@ async fn a_grpc_failure_in_the_headers_is_not_recorded() {
     assert_eq!(runs.load(Ordering::SeqCst), 2, "a retry runs again");
 }
 
+/// The layer's client gets the handler's own response: its status, its connection headers
+/// (`Connection: close`, `Upgrade`), its extensions and its version, with the body read whole;
+/// a replay gets the record, which keeps end-to-end headers (`Proxy-Authenticate`, `Trailer`)
+/// and trailers, and leaves out headers about the first one's connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_first_response_is_the_handlers_own_and_a_replay_keeps_its_end_to_end_headers() {
+    #[derive(Debug, Clone, PartialEq)]
+    struct Marker(u32);
+    let runs = Arc::new(AtomicUsize::new(0));
+    let counted = runs.clone();
+    let service = IdempotencyLayer::new(rerun_core::MemoryStore::new()).layer(tower::service_fn(
+        move |_req: Request<RequestBody<Full<Bytes>>>| {
+            let runs = counted.clone();
+            async move {
+                runs.fetch_add(1, Ordering::SeqCst);
+                let mut trailers = http::HeaderMap::new();
+                trailers.insert("x-checksum", HeaderValue::from_static("abc"));
+                let response = Response::builder()
+                    .status(StatusCode::UPGRADE_REQUIRED)
+                    .version(http::Version::HTTP_2)
+                    .header("connection", "close, upgrade")
+                    .header("upgrade", "h2c")
+                    .header("proxy-authenticate", "Basic realm=\"proxy\"")
+                    .header("trailer", "x-checksum")
+                    .header("x-own", "1")
+                    .extension(Marker(7))
+                    .body(
+                        Full::new(Bytes::from_static(b"upgrade first"))
+                            .with_trailers(async move { Some(Ok(trailers)) }),
+                    )
+                    .unwrap_or_else(|e| panic!("a response: {e}"));
+                Ok::<_, std::io::Error>(response)
+            }
+        },
+    ));
+    let first = service
+        .clone()
+        .oneshot(request("upgrade"))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(first.status(), StatusCode::UPGRADE_REQUIRED);
+    assert_eq!(first.version(), http::Version::HTTP_2);
+    assert_eq!(first.extensions().get::<Marker>(), Some(&Marker(7)));
+    let headers = first.headers();
+    assert_eq!(headers["connection"], "close, upgrade");
+    assert_eq!(headers["upgrade"], "h2c");
+    assert_eq!(headers["proxy-authenticate"], "Basic realm=\"proxy\"");
+    assert_eq!(headers["trailer"], "x-checksum");
+    assert_eq!(headers["x-own"], "1");
+    assert!(headers.get(IDEMPOTENT_REPLAYED).is_none());
+    let (body, trailers) = body_and_trailers(first).await;
+    assert_eq!(&body[..], b"upgrade first");
+    assert_eq!(
+        trailers.map(|t| t["x-checksum"].clone()),
+        Some(HeaderValue::from_static("abc"))
+    );
+
+    let replay = service
+        .clone()
+        .oneshot(request("upgrade"))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(replay.status(), StatusCode::UPGRADE_REQUIRED);
+    assert!(replay.extensions().get::<Marker>().is_none());
+    let headers = replay.headers();
+    assert_eq!(headers[IDEMPOTENT_REPLAYED], "true");
+    assert!(headers.get("connection").is_none());
+    assert!(headers.get("upgrade").is_none());
+    assert_eq!(headers["proxy-authenticate"], "Basic realm=\"proxy\"");
+    assert_eq!(headers["trailer"], "x-checksum");
+    assert_eq!(headers["x-own"], "1");
+    let (body, trailers) = body_and_trailers(replay).await;
+    assert_eq!(&body[..], b"upgrade first");
+    assert_eq!(
+        trailers.map(|t| t["x-checksum"].clone()),
+        Some(HeaderValue::from_static("abc"))
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+}
+
+/// A request body that streams its chunks, its length unknown in advance (as a chunked one's).
+type Chunked = http_body_util::StreamBody<
+    futures_util::stream::Iter<
+        std::vec::IntoIter<Result<http_body::Frame<Bytes>, std::convert::Infallible>>,
+    >,
+>;
+
+fn chunked(key: &str, chunks: &[&'static [u8]]) -> Request<Chunked> {
+    let frames: Vec<_> = chunks
+        .iter()
+        .map(|c| Ok(http_body::Frame::data(Bytes::from_static(c))))
+        .collect();
+    Request::post("/upload")
+        .header("idempotency-key", key)
+        .body(http_body_util::StreamBody::new(futures_util::stream::iter(
+            frames,
+        )))
+        .unwrap_or_else(|e| panic!("a request: {e}"))
+}
+
+/// A body over the limit of a layer around this one (tower-http's `RequestBodyLimitLayer`)
+/// is `413`, as one over `max_body` is, not a failed body to send again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chunked_body_over_a_limit_set_around_the_layer_gets_413() {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let counted = runs.clone();
+    let idempotent =
+        IdempotencyLayer::new(rerun_core::MemoryStore::new()).layer(tower::service_fn(
+            move |_req: Request<RequestBody<tower_http::body::Limited<Chunked>>>| {
+                let runs = counted.clone();
+                async move {
+                    runs.fetch_add(1, Ordering::SeqCst);
+                    Ok::<_, std::io::Error>(Response::new(Full::new(Bytes::from_static(b"ok"))))
+                }
+            },
+        ));
+    let service = tower_http::limit::RequestBodyLimitLayer::new(16).layer(idempotent);
+    let within = service
+        .clone()
+        .oneshot(chunked("within", &[b"0123456789", b"012345"]))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(within.status(), StatusCode::OK);
+    let over = service
+        .clone()
+        .oneshot(chunked("over", &[b"0123456789", b"0123456789"]))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(over.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    let (body, _) = body_and_trailers(over).await;
+    let json: serde_json::Value =
+        serde_json::from_slice(&body).unwrap_or_else(|e| panic!("{e}: {body:?}"));
+    assert_eq!(json["code"], "body_too_large");
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        1,
+        "the handler did not run for it"
+    );
+}
+
 /// A response within `max_body` that the store will not keep (its own limit on results is
 /// lower) reaches the client all the same, unrecorded, as one over `max_body` does; the key is
 /// given back (released, or unknown for a `once` layer).
