@@ -202,6 +202,51 @@ fn spawn_holder(
     panic!("the holder child exited before its body started");
 }
 
+/// A statement the server cancels for its `statement_timeout` (SQLSTATE 57014, here one set
+/// in the URL, shorter than the store's own limit) fails retryably and leaves its connection as
+/// good as it was: it goes back to the pool, and the next calls run on the same backend.
+#[test]
+fn a_statement_timeout_keeps_its_connection() {
+    let Some(url) = url() else { return };
+    let app = format!("rerun_timeout_{}", std::process::id());
+    let table = postgres_common::unique_table("stmt_timeout");
+    let _t = Table {
+        url: url.clone(),
+        name: table.clone(),
+    };
+    let with_timeout = with_param(
+        &with_param(&url, &format!("application_name={app}")),
+        "options=-c%20statement_timeout%3D300",
+    );
+    let store = PostgresStore::builder(&with_timeout)
+        .table(&table)
+        .pool_size(1)
+        .connect()
+        .unwrap();
+    let side = Side::connect(&url);
+    let backends = || {
+        side.exec(&format!(
+            "SELECT pid FROM pg_stat_activity WHERE application_name = '{app}' ORDER BY pid"
+        ))
+    };
+    let (fp, h) = (Fingerprint::of(&"payload").unwrap(), Holder::current());
+    let key = Key::new("fault", "statement timeout");
+    let claim = claimed(store.claim(&request(&key, &fp, &h, LONG)));
+    let before = backends();
+    assert!(!before.is_empty());
+    side.exec(&format!("BEGIN; SELECT 1 FROM \"{table}\" FOR UPDATE"));
+    let err = store.complete(&claim, b"done", LONG).unwrap_err();
+    side.exec("ROLLBACK");
+    assert_retryable_store_error(&err, &key);
+    assert!(err.to_string().contains("statement timeout"), "{err}");
+    store.complete(&claim, b"done", LONG).unwrap();
+    assert_eq!(
+        backends(),
+        before,
+        "the connection was closed and another opened"
+    );
+}
+
 #[test]
 fn sigkilled_holder_is_taken_over_at_once_with_the_next_fence() {
     if std::env::var(ROLE).is_ok() {

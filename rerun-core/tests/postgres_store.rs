@@ -514,9 +514,16 @@ fn connect_failures_are_errors_in_and_out_of_a_runtime() {
 }
 
 /// A builder prints its URL as the store's errors do, the password hidden; a pool size too
-/// large for any server is the largest a server allows, and connects.
+/// large for any server is the largest a server allows, and connects; a URL that requires TLS
+/// is a configuration error.
 #[test]
 fn a_builder_hides_its_password_and_takes_any_pool_size() {
+    // A URL that requires TLS is refused as it is: the store connects without TLS.
+    let tls = PostgresStore::connect("postgres://app:s3cret@db.internal/app?sslmode=require");
+    assert!(
+        matches!(tls, Err(Error::Config { ref message, .. }) if message.contains("sslmode=require") && !message.contains("s3cret")),
+        "{tls:?}"
+    );
     let builder =
         PostgresStore::builder("postgres://app:s3cret@db.internal/app").pool_size(usize::MAX);
     let shown = format!("{builder:?}");
@@ -540,6 +547,55 @@ fn a_builder_hides_its_password_and_takes_any_pool_size() {
         .unwrap_or_else(|e| panic!("connecting to {url}: {e}"));
     let ran = Call::new("pool", "max").run(&store, || Ok::<_, Error>(1u8));
     assert!(matches!(ran, Ok(ref o) if o.value == 1), "{ran:?}");
+}
+
+/// A key the database's encoding cannot hold (a LATIN1 database, a key with an emoji) fails
+/// the same way on every retry: a store error that says so and is not retryable, where a
+/// retryable one would have a queue redeliver its message for ever.
+#[test]
+fn a_key_the_database_cannot_encode_is_not_retryable() {
+    let Some(url) = url() else { return };
+    let db = format!("rerun_latin1_{}", std::process::id());
+    struct Database<'a>(&'a str, String);
+    impl Drop for Database<'_> {
+        fn drop(&mut self) {
+            let _ = psql(
+                self.0,
+                &format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.1),
+            );
+        }
+    }
+    psql(
+        &url,
+        &format!(
+            "CREATE DATABASE {db} ENCODING 'LATIN1' TEMPLATE template0 LC_COLLATE 'C' LC_CTYPE 'C'"
+        ),
+    )
+    .unwrap_or_else(|e| panic!("creating a LATIN1 database: {e}"));
+    let _db = Database(&url, db.clone());
+    let (base, query) = url.split_once('?').unwrap_or((&url, ""));
+    let Some((server, _)) = base.rsplit_once('/') else {
+        panic!("no database in {url}")
+    };
+    let latin1 = match query {
+        "" => format!("{server}/{db}"),
+        q => format!("{server}/{db}?{q}"),
+    };
+    let store = PostgresStore::connect(&latin1).unwrap_or_else(|e| panic!("{latin1}: {e}"));
+    let ran = Call::new("s", "caf\u{e9}").run(&store, || Ok::<_, Error>(1u8));
+    assert!(
+        matches!(ran, Ok(ref o) if o.value == 1),
+        "LATIN1 holds an e acute: {ran:?}"
+    );
+    for _ in 0..2 {
+        let err = Call::new("s", "party \u{1f389}")
+            .run(&store, || Ok::<_, Error>(1u8))
+            .unwrap_err();
+        assert!(matches!(err, Error::Store { .. }), "{err:?}");
+        assert!(!err.is_retryable(), "{err}");
+        assert!(err.to_string().contains("LATIN1"), "{err}");
+    }
+    drop(store);
 }
 
 /// A row whose lease or expiry is NULL cannot be judged: it is `Corrupt`, not a retryable

@@ -22,7 +22,7 @@ pub(crate) fn describe(e: &(dyn std::error::Error + 'static)) -> String {
 }
 
 /// Whether no retry can fix this error: a role, database or password the server refuses, a
-/// privilege it withholds, a table that is not rerun's.
+/// privilege it withholds, a table that is not rerun's, data the server cannot take.
 pub(crate) fn is_permanent(e: &tokio_postgres::Error) -> bool {
     let Some(db) = e.as_db_error() else {
         return false;
@@ -30,8 +30,16 @@ pub(crate) fn is_permanent(e: &tokio_postgres::Error) -> bool {
     let code = db.code().code();
     // 28: invalid authorization (unknown role, wrong password); 3D000: unknown database;
     // 42501: insufficient privilege; 42P01/42703: undefined table/column (not rerun's table);
-    // 3F000: unknown schema.
-    code.starts_with("28") || matches!(code, "3D000" | "42501" | "42P01" | "42703" | "3F000")
+    // 42601/42809: a statement the server cannot run on what it finds (a syntax error, an
+    // object of another kind under rerun's name); 3F000: unknown schema; 22: data exception,
+    // such as a key with a character the database's encoding cannot hold (22P05), which the
+    // same call sends again on every retry.
+    code.starts_with("28")
+        || code.starts_with("22")
+        || matches!(
+            code,
+            "3D000" | "42501" | "42P01" | "42703" | "42601" | "42809" | "3F000"
+        )
 }
 
 /// A store error for `e`, raised while doing `what`.

@@ -23,6 +23,7 @@ use std::pin::pin;
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio_postgres::config::SslMode;
 use tokio_postgres::Config;
 
 use crate::error::Error;
@@ -186,7 +187,8 @@ impl PostgresBuilder {
 
     /// Connects, creates the schema if missing, and checks its version.
     ///
-    /// Fails with [`Error::Config`] for a malformed URL or name, or a table written by a newer
+    /// Fails with [`Error::Config`] for a malformed URL or name, a URL that requires TLS
+    /// (`sslmode=require`: the store connects without TLS), or a table written by a newer
     /// version of rerun, and with [`Error::Store`] (naming the URL, password elided) when the
     /// server cannot be reached.
     pub fn connect(self) -> Result<PostgresStore, Error> {
@@ -204,6 +206,12 @@ impl PostgresBuilder {
         let mut config: Config = self.url.parse().map_err(|e| {
             Error::config(format!("{shown} is not a PostgreSQL connection URL: {e}"))
         })?;
+        if matches!(config.get_ssl_mode(), SslMode::Require) {
+            // Connecting without TLS would fail every time, each failure retryable.
+            return Err(Error::config(format!(
+                "{shown} requires TLS (sslmode=require), and rerun's PostgreSQL store connects without it: reach a server that requires TLS through a proxy that speaks TLS to it (a cloud SQL proxy, pgbouncer, stunnel) on a trusted network, or set sslmode=disable or prefer"
+            )));
+        }
         if config.get_application_name().is_none() {
             // Lets operators (and the fault tests) tell rerun's backends apart.
             config.application_name("rerun");

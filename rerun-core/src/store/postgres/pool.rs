@@ -599,12 +599,18 @@ pub(crate) fn is_connection_error(e: &tokio_postgres::Error) -> bool {
         // I/O errors, a closed socket, protocol errors.
         None => true,
         // Class 08: connection exception; class 57: operator intervention
-        // (`pg_terminate_backend`, shutdown, crash recovery); 25006: a read-only server (a
-        // standby a multi-host URL landed on, or a primary demoted by a failover): another
-        // connection may reach the new primary.
+        // (`pg_terminate_backend`, shutdown, crash recovery), but for 57014, a statement
+        // cancelled by `statement_timeout` on a connection that stays as good as it was;
+        // 25006: a read-only server (a standby a multi-host URL landed on, or a primary
+        // demoted by a failover): another connection may reach the new primary. 26000 (a
+        // prepared statement the session no longer has, as behind a pooler that moved it to
+        // another server session) and 0A000 (a cached plan whose result type changed): the
+        // connection's prepared statements are stale, and a new connection prepares its own.
         Some(db) => {
             let code = db.code().code();
-            code.starts_with("08") || code.starts_with("57") || code == "25006"
+            code.starts_with("08")
+                || (code.starts_with("57") && code != "57014")
+                || matches!(code, "25006" | "26000" | "0A000")
         }
     }
 }
