@@ -7,14 +7,16 @@
 //! | `InProgress`, a retryable error, a panic in the handler | holds the delivery for the policy's delay (the handler slot is freed), then requeues it: a redelivery after a pause, never a hot loop (a failure with `basic.reject`, `InProgress` with `basic.nack`) |
 //! | mismatch, corrupt, non-retryable, undecodable, unknown outcome | `basic.reject` without requeue: the queue's dead-letter exchange (`x-dead-letter-exchange`) receives it |
 //!
-//! The message id is the `message_id` property; the attempt is `x-delivery-count` + 1 on
-//! quorum queues, and 1 or 2 (redelivered) on classic queues, where a `max_deliveries` above 2
-//! therefore never dead-letters a message that keeps failing: use a quorum queue.
+//! The message id is the `message_id` property. The attempt is 1 for a first delivery,
+//! whatever its headers say (a publisher can set `x-delivery-count` too); a redelivery's is
+//! `x-delivery-count` + 1 on quorum queues, and 2 on classic queues, where a `max_deliveries`
+//! above 2 therefore never dead-letters a message that keeps failing: use a quorum queue.
 //! [`declare_queue`] declares a queue with its dead-letter exchange and queue.
 //!
 //! RabbitMQ has no redelivery timer to extend: an unacked delivery stays with its consumer
 //! until the channel closes (or the broker's `consumer_timeout`, 30 min by default, runs out).
-//! So a delivery is held for a delay of at most [`MAX_HOLD`] (15 min), then requeued.
+//! So a delivery is held for a delay until at most [`MAX_HOLD`] (15 min) after it came (its
+//! handler's run counts), then requeued.
 //!
 //! On RabbitMQ 4.0 and later a quorum queue has a delivery limit of 20 by default. On 4.0 to
 //! 4.2 every requeue counts: a message whose key another consumer holds for long (a holder on
@@ -25,7 +27,7 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use lapin::options::{
@@ -39,10 +41,11 @@ use rerun_core::printable::escaped;
 use crate::error::Error;
 use crate::handler::Handler;
 
-/// The longest a delivery is held before it is requeued: half the broker's default
-/// `consumer_timeout` (30 min). A delivery held past that timeout closes the whole channel,
-/// with every other delivery on it; a longer delay (a backoff of hours, `Duration::MAX`)
-/// is served as a requeue every 15 minutes.
+/// The longest a delivery is kept, from when it came (its handler's run included), before it
+/// is requeued: half the broker's default `consumer_timeout` (30 min), which also runs from
+/// the delivery. A delivery held past that timeout closes the whole channel, with every other
+/// delivery on it; a longer delay (a backoff of hours, `Duration::MAX`) is served as a
+/// requeue every 15 minutes.
 pub const MAX_HOLD: Duration = Duration::from_secs(15 * 60);
 use crate::message::Message;
 use crate::runner::{self, Delivery, Source};
@@ -197,7 +200,9 @@ impl<H: Handler + ?Sized> AmqpConsumer<H> {
 
     /// Consumes until `shutdown` resolves (e.g. [`crate::shutdown::terminated`]): then cancels
     /// the subscription, lets handlers in flight finish within the grace period, requeues
-    /// what is left, and returns what it did.
+    /// what is left, and returns what it did. The channel stays open until then, since the
+    /// handlers settle their deliveries on it; it closes as `run` returns, unless the
+    /// application holds a clone of it.
     ///
     /// The channel's prefetch is set to twice `max_in_flight`: a message waiting out its
     /// redelivery delay holds a prefetch slot but no handler slot, so a few failing messages
@@ -237,14 +242,15 @@ struct Consume {
 impl Source for Consume {
     type Delivery = AmqpDelivery;
 
-    async fn next(&mut self) -> Option<Result<AmqpDelivery, Error>> {
+    async fn next(&mut self, _free: usize) -> Option<Result<AmqpDelivery, Error>> {
+        // The broker sends no more than the channel's prefetch, whoever reads.
         match self.consumer.next().await? {
             Ok(d) => Some(Ok(AmqpDelivery::new(d))),
             Err(e) => Some(Err(Error::broker("receiving a delivery", e))),
         }
     }
 
-    async fn stop(mut self) {
+    async fn stop(&mut self) {
         if let Err(e) = self
             .channel
             .basic_cancel(&self.tag, BasicCancelOptions::default())
@@ -266,11 +272,51 @@ impl Source for Consume {
                 .await;
         }
     }
+
+    async fn finish(self) {
+        // Dropped only now: the channel closes with its last handle, and RabbitMQ would
+        // requeue the deliveries still unacked on it, those of handlers still running.
+        drop(self);
+    }
 }
 
 struct AmqpDelivery {
     inner: lapin::message::Delivery,
     message: Message,
+    /// When it came: RabbitMQ's `consumer_timeout` runs from then.
+    arrived: Instant,
+}
+
+/// The attempt a delivery is: a first delivery is the first whatever its headers say (the
+/// publisher may have set `x-delivery-count`, which a quorum queue writes only on a
+/// redelivery and a classic queue never); a redelivery is the quorum queue's count plus one,
+/// or 2 where there is none.
+fn attempt(inner: &lapin::message::Delivery) -> u32 {
+    if !inner.redelivered {
+        return 1;
+    }
+    match delivery_count(&inner.properties) {
+        Some(n) => n.saturating_add(1),
+        None => 2,
+    }
+}
+
+/// How long to hold a delivery that `held` has passed since it came, for a redelivery after
+/// `after`: never past [`MAX_HOLD`] since it came.
+fn hold(after: Duration, held: Duration) -> Duration {
+    after.min(MAX_HOLD.saturating_sub(held))
+}
+
+/// What an acker did: `Ok(false)` is nothing sent (the delivery was settled already, or its
+/// channel is closed or recovering), and the broker still holds the message.
+fn sent(done: lapin::Result<bool>) -> Result<(), String> {
+    match done {
+        Ok(true) => Ok(()),
+        Ok(false) => Err(String::from(
+            "nothing was sent: the delivery was settled already, or its channel is closed or recovering",
+        )),
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 /// The delivery count of a quorum queue's message, from its headers.
@@ -290,17 +336,17 @@ fn delivery_count(properties: &lapin::BasicProperties) -> Option<u32> {
 
 impl AmqpDelivery {
     fn new(inner: lapin::message::Delivery) -> AmqpDelivery {
-        let attempt = match delivery_count(&inner.properties) {
-            Some(n) => n.saturating_add(1),
-            None if inner.redelivered => 2,
-            None => 1,
-        };
-        let mut message =
-            Message::new(inner.routing_key.as_str(), inner.data.clone()).with_attempt(attempt);
+        let arrived = Instant::now();
+        let mut message = Message::new(inner.routing_key.as_str(), inner.data.clone())
+            .with_attempt(attempt(&inner));
         if let Some(id) = inner.properties.message_id() {
             message = message.with_id(id.as_str());
         }
-        AmqpDelivery { inner, message }
+        AmqpDelivery {
+            inner,
+            message,
+            arrived,
+        }
     }
 
     /// Requeues the delivery: a failure with `basic.reject`, which RabbitMQ 4.3 and later
@@ -325,7 +371,7 @@ impl AmqpDelivery {
                     .await
             }
         };
-        done.map(|_| ()).map_err(|e| e.to_string())
+        sent(done)
     }
 }
 
@@ -334,26 +380,22 @@ impl Delivery for AmqpDelivery {
         &self.message
     }
     async fn ack(&self) -> Result<(), String> {
-        self.inner
-            .acker
-            .ack(BasicAckOptions::default())
-            .await
-            .map(|_| ())
-            .map_err(|e| e.to_string())
+        sent(self.inner.acker.ack(BasicAckOptions::default()).await)
     }
     async fn redeliver(&self, after: Duration, failed: bool) -> Result<(), String> {
         // AMQP has no delayed requeue: hold the delivery (it is not redelivered to anyone
-        // while held), then requeue it; never past the broker's `consumer_timeout`.
-        tokio::time::sleep(after.min(MAX_HOLD)).await;
+        // while held), then requeue it; never past the broker's `consumer_timeout`, which
+        // counts the handler's run too.
+        tokio::time::sleep(hold(after, self.arrived.elapsed())).await;
         self.requeue(failed).await
     }
     async fn dead_letter(&self, _reason: &str) -> Result<(), String> {
-        self.inner
-            .acker
-            .reject(BasicRejectOptions { requeue: false })
-            .await
-            .map(|_| ())
-            .map_err(|e| e.to_string())
+        sent(
+            self.inner
+                .acker
+                .reject(BasicRejectOptions { requeue: false })
+                .await,
+        )
     }
     async fn release(&self) -> Result<(), String> {
         self.requeue(false).await
@@ -365,3 +407,6 @@ impl Delivery for AmqpDelivery {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -20,7 +20,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_nats::jetstream::consumer::PullConsumer;
+use async_nats::jetstream::consumer::{AckPolicy, PullConsumer};
 use async_nats::jetstream::{self, AckKind};
 use rerun_core::printable::escaped;
 
@@ -44,6 +44,12 @@ pub const DEAD_SUBJECT_HEADER: &str = "Rerun-Dead-Letter-Subject";
 /// tool that publishes a copy back to be run again restores the original's id from it, or the
 /// message runs under a new key.
 pub const DEAD_MSG_ID_HEADER: &str = "Rerun-Dead-Letter-Msg-Id";
+/// The header a dead-lettered copy carries when it was stored without the message's body,
+/// with the body's size in bytes: with the dead-letter headers added, the message was larger
+/// than the server's `max_payload`. The copy's own [`MSG_ID_HEADER`] names the original's
+/// stream and sequence, where a stream that keeps messages by its limits still holds the body
+/// (see [`JetStreamConsumer::dead_letter_subject`]).
+pub const DEAD_BODY_OMITTED_HEADER: &str = "Rerun-Dead-Letter-Body-Omitted";
 
 /// A JetStream pull consumer that runs every message through a rerun [`Handler`].
 ///
@@ -119,7 +125,9 @@ impl<H: Handler + ?Sized> JetStreamConsumer<H> {
     ///
     /// The reason header has its control characters escaped and is cut to 1 KiB. A message
     /// whose copy cannot be stored (no stream captures `subject`, the stream is full) is not
-    /// terminated: it is redelivered after the policy's backoff and dead-lettered again.
+    /// terminated: it is redelivered after the policy's backoff and dead-lettered again. A
+    /// message too large for the server with these headers added (its `max_payload`) is
+    /// copied without its body, and the copy says so in [`DEAD_BODY_OMITTED_HEADER`].
     ///
     /// The copy's own [`MSG_ID_HEADER`] names the message's stream, sequence and time of
     /// storing, the same for every delivery of it. A message that comes back after its copy
@@ -145,9 +153,24 @@ impl<H: Handler + ?Sized> JetStreamConsumer<H> {
 
     /// Consumes until `shutdown` resolves (e.g. [`crate::shutdown::terminated`]): then stops
     /// fetching, lets handlers in flight finish within the grace period, naks what is left
-    /// so it is redelivered at once, and returns what it did.
+    /// so it is redelivered at once, waits up to 2 s for the last acks to leave the client,
+    /// and returns what it did.
+    ///
+    /// A consumer whose `ack_policy` is not [`AckPolicy::Explicit`] (the default) is refused
+    /// with [`Error::Config`]: under `All` an ack would settle earlier messages whose handlers
+    /// are still running, under `None` a message whose handler failed would never come back.
     pub async fn run(self, shutdown: impl Future<Output = ()> + Send) -> Result<Report, Error> {
-        let ack_wait = self.consumer.cached_info().config.ack_wait;
+        let info = self.consumer.cached_info();
+        if info.config.ack_policy != AckPolicy::Explicit {
+            return Err(Error::Config(format!(
+                "the JetStream consumer {} has ack_policy {:?}; rerun-queue settles each message \
+                 on its own, which needs AckPolicy::Explicit (the default): create the consumer \
+                 with ack_policy: AckPolicy::Explicit",
+                escaped(&info.name),
+                info.config.ack_policy
+            )));
+        }
+        let ack_wait = info.config.ack_wait;
         // A third of the ack wait leaves two chances for a progress signal to arrive in time.
         let progress_every = if ack_wait.is_zero() {
             Duration::from_secs(10)
@@ -158,31 +181,57 @@ impl<H: Handler + ?Sized> JetStreamConsumer<H> {
             pulls: Pulls::new(self.consumer, self.settings.max_in_flight),
             progress_every,
             dead_letter: self.dead_letter.map(Arc::new),
+            client: None,
         };
         runner::run(source, self.handler, self.settings, shutdown).await
     }
 }
 
+/// The longest [`JetStreamConsumer::run`] waits, once its handlers are done, for the acks they
+/// sent to leave the client.
+const FLUSH_WAIT: Duration = Duration::from_secs(2);
+
 struct Pull {
     pulls: Pulls,
     progress_every: Duration,
     dead_letter: Option<Arc<(jetstream::Context, String)>>,
+    /// The client the messages came through, which sends their acks.
+    client: Option<async_nats::Client>,
 }
 
 impl Source for Pull {
     type Delivery = JsDelivery;
 
-    async fn next(&mut self) -> Option<Result<JsDelivery, Error>> {
-        Some(
-            self.pulls
-                .next()
-                .await
-                .map(|m| JsDelivery::new(m, self.progress_every, self.dead_letter.clone())),
-        )
+    async fn next(&mut self, free: usize) -> Option<Result<JsDelivery, Error>> {
+        let next = self.pulls.next(free).await.map(|m| {
+            if self.client.is_none() {
+                self.client = Some(m.context.client());
+            }
+            JsDelivery::new(m, self.progress_every, self.dead_letter.clone())
+        });
+        Some(next)
     }
 
-    async fn stop(self) {
+    async fn stop(&mut self) {
         self.pulls.stop().await;
+    }
+
+    async fn finish(self) {
+        // An ack is queued in the client and written by its connection task later: an
+        // application that exits as soon as `run` returns would lose the last ones, and their
+        // messages would run again after their ack wait.
+        let Some(client) = self.client else {
+            return;
+        };
+        match tokio::time::timeout(FLUSH_WAIT, client.flush()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                tracing::warn!(error = %escaped(&e.to_string()), "rerun-queue: could not flush the last acks; their messages come back after their ack wait")
+            }
+            Err(_) => {
+                tracing::warn!(wait = ?FLUSH_WAIT, "rerun-queue: the last acks did not leave the client in time; their messages may come back after their ack wait")
+            }
+        }
     }
 }
 
@@ -216,6 +265,23 @@ fn header_value(value: &str) -> String {
         out.push_str(CUT);
     }
     out
+}
+
+/// The bytes `headers` take on the wire, which the server counts toward its `max_payload`:
+/// the version line, a `name: value` line a value, and the blank line that ends them.
+fn headers_len(headers: &async_nats::HeaderMap) -> usize {
+    const VERSION_LINE: usize = "NATS/1.0\r\n".len();
+    const END: usize = "\r\n".len();
+    let lines: usize = headers
+        .iter()
+        .flat_map(|(name, values)| {
+            let name: &str = name.as_ref();
+            values
+                .iter()
+                .map(move |value| name.len() + ": ".len() + value.as_str().len() + END)
+        })
+        .sum();
+    VERSION_LINE + lines + END
 }
 
 /// The `Nats-Msg-Id` of a message's dead-lettered copy: the stream, the message's sequence in
@@ -314,8 +380,29 @@ impl JsDelivery {
         }
         headers.insert(DEAD_REASON_HEADER, header_value(reason));
         headers.insert(DEAD_SUBJECT_HEADER, self.message.subject());
+        // The server closes the connection of a client that publishes more than its
+        // `max_payload` (headers and body), and the copy, never stored, would be tried again
+        // on every delivery. The copy's headers are not the original's, so a body that fit
+        // may not fit any more: such a copy goes without it.
+        let max_payload = js.client().server_info().max_payload;
+        let mut body = self.inner.payload.clone();
+        if max_payload > 0 && headers_len(&headers).saturating_add(body.len()) > max_payload {
+            tracing::warn!(
+                message = %self.message.describe(),
+                bytes = body.len(),
+                max_payload,
+                "rerun-queue: the message with the dead-letter headers is larger than the server takes; its copy is stored without the body"
+            );
+            headers.insert(DEAD_BODY_OMITTED_HEADER, body.len().to_string());
+            body = bytes::Bytes::new();
+            if headers_len(&headers) > max_payload {
+                return Err(format!(
+                    "the dead-letter headers alone are larger than the server's max_payload ({max_payload} bytes)"
+                ));
+            }
+        }
         let published = js
-            .publish_with_headers(subject.clone(), headers, self.inner.payload.clone())
+            .publish_with_headers(subject.clone(), headers, body)
             .await
             .map_err(|e| e.to_string())?;
         published.await.map_err(|e| e.to_string())?;

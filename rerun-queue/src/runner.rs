@@ -48,10 +48,24 @@ pub(crate) trait Delivery: Send + Sync + 'static {
 /// Where deliveries come from.
 pub(crate) trait Source: Send {
     type Delivery: Delivery;
-    /// The next delivery; `None` when the subscription ended.
-    fn next(&mut self) -> impl Future<Output = Option<Result<Self::Delivery, Error>>> + Send;
-    /// Stops fetching; deliveries fetched but never handed out are given back.
-    fn stop(self) -> impl Future<Output = ()> + Send;
+    /// The next delivery; `None` when the subscription ended. `free`: how many deliveries
+    /// handlers could start on now, the one this call is for included. It can only grow
+    /// until this call returns (handlers finish; nothing else takes their slots), and the
+    /// caller calls again while any slot is free: a source that never has more deliveries
+    /// on their way than `free` has none waiting unread in its client while every handler
+    /// is busy.
+    fn next(
+        &mut self,
+        free: usize,
+    ) -> impl Future<Output = Option<Result<Self::Delivery, Error>>> + Send;
+    /// Stops fetching; deliveries fetched but never handed out are given back. The source
+    /// is kept until the handlers of its deliveries are done, since they settle them
+    /// through it (an AMQP channel closes when the last of its handles is dropped, and
+    /// RabbitMQ then requeues every delivery on it).
+    fn stop(&mut self) -> impl Future<Output = ()> + Send;
+    /// The handlers are done and their deliveries settled: sees that what they sent reaches
+    /// the broker, and lets the source go.
+    fn finish(self) -> impl Future<Output = ()> + Send;
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -94,10 +108,13 @@ where
                 Err(_) => break,
             },
         };
+        // The slot just taken and those still free. Only this loop takes slots, so the count
+        // cannot fall before the delivery is handed out.
+        let free = slots.available_permits().saturating_add(1);
         let next = tokio::select! {
             biased;
             _ = &mut shutdown => break,
-            next = source.next() => next,
+            next = source.next(free) => next,
         };
         // Reap finished tasks so the set stays small.
         while let Some(done) = tasks.try_join_next() {
@@ -150,6 +167,7 @@ where
             reaped(done);
         }
     }
+    source.finish().await;
     ended?;
     let report = *report.lock().unwrap_or_else(|p| p.into_inner());
     Ok(report)

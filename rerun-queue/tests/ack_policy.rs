@@ -4,13 +4,20 @@
 mod common;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use async_nats::jetstream::consumer::{pull, AckPolicy};
 use common::{eventually, unique, Broker, Rig};
+use futures::future::BoxFuture;
+use lapin::options::BasicPublishOptions;
+use lapin::types::{AMQPValue, FieldTable};
+use lapin::{BasicProperties, Connection, ConnectionProperties};
 use rerun_core::record::ClaimRequest;
 use rerun_core::{Error, Holder, Idempotent, MemoryStore, Reconciled, Store};
-use rerun_queue::{handler, Message, Policy, Settings};
+use rerun_queue::amqp::AmqpConsumer;
+use rerun_queue::nats::JetStreamConsumer;
+use rerun_queue::{handler, Handled, Message, Policy, Settings};
 use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
 
@@ -637,5 +644,221 @@ async fn nats_a_backoff_past_what_the_server_reads_still_waits() {
         "{report:?}"
     );
     assert_eq!(rig.dead_letters().await, 0);
+    rig.cleanup().await;
+}
+
+/// Records the message id and attempt of every delivery it gets, then takes `run` to finish.
+struct Recording {
+    seen: Arc<Mutex<Vec<(String, u32)>>>,
+    run: Duration,
+}
+
+impl rerun_queue::Handler for Recording {
+    fn handle<'a>(&'a self, m: &'a Message) -> BoxFuture<'a, Handled> {
+        Box::pin(async move {
+            let id = m.id().unwrap_or("").to_owned();
+            self.seen
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push((id, m.attempt()));
+            tokio::time::sleep(self.run).await;
+            Handled::Done { replayed: false }
+        })
+    }
+}
+
+/// Handlers that take longer than a pull request lives (its wait, the consumer's
+/// `max_expires` of 1 s here, plus the 5 s the client gives the server): nothing is fetched
+/// that no handler is free for, so no message is left unread in a request the client then
+/// ends, to come back after its `ack_wait` as a second delivery. Two handlers, four messages:
+/// each delivered once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_slow_handlers_leave_no_message_fetched_and_unread() {
+    let Some(rig) = rig(Broker::Nats, "unread").await else {
+        return;
+    };
+    let stream = rig.js().get_stream(&rig.name).await.expect("stream");
+    let consumer = stream
+        .create_consumer(pull::Config {
+            durable_name: Some(format!("{}_short", rig.name)),
+            ack_wait: Duration::from_secs(2),
+            max_expires: Duration::from_secs(1),
+            ..Default::default()
+        })
+        .await
+        .expect("creating the consumer");
+    for i in 0..4 {
+        rig.publish(&order(&format!("o-{i}")), Some(&format!("m-{i}")))
+            .await;
+    }
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let handler = Recording {
+        seen: seen.clone(),
+        run: Duration::from_secs(7),
+    };
+    // Stopped once the fourth handler started; the grace lets it finish.
+    let stop = eventually(Duration::from_secs(40), || {
+        let n = seen.lock().map(|s| s.len()).unwrap_or(0);
+        async move { n >= 4 }
+    });
+    let report = JetStreamConsumer::new(consumer, handler)
+        .settings(
+            Settings::new()
+                .max_in_flight(2)
+                .grace(Duration::from_secs(20)),
+        )
+        .run(async {
+            stop.await;
+        })
+        .await
+        .expect("consumer run");
+    let mut seen = seen.lock().map(|s| s.clone()).unwrap_or_default();
+    seen.sort();
+    let once: Vec<_> = (0..4).map(|i| (format!("m-{i}"), 1)).collect();
+    assert_eq!(seen, once, "{report:?}");
+    assert_eq!(report.ran, 4, "{report:?}");
+    rig.cleanup().await;
+}
+
+/// A JetStream consumer that does not take an ack per message is refused before anything is
+/// fetched: under `AckPolicy::All` an ack settles earlier messages still being handled,
+/// under `AckPolicy::None` a failed message never comes back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_a_consumer_without_explicit_acks_is_refused() {
+    let Some(rig) = rig(Broker::Nats, "ackpolicy").await else {
+        return;
+    };
+    rig.publish(&order("o-1"), Some("m-1")).await;
+    let stream = rig.js().get_stream(&rig.name).await.expect("stream");
+    for (tag, policy) in [("all", AckPolicy::All), ("none", AckPolicy::None)] {
+        let consumer = stream
+            .create_consumer(pull::Config {
+                durable_name: Some(format!("{}_{tag}", rig.name)),
+                ack_policy: policy,
+                ..Default::default()
+            })
+            .await
+            .expect("creating the consumer");
+        let runs = Arc::new(AtomicUsize::new(0));
+        let r = runs.clone();
+        let h = handler::typed(Arc::new(MemoryStore::new()), move |o: Order| {
+            let r = r.clone();
+            async move {
+                r.fetch_add(1, Ordering::SeqCst);
+                Ok::<_, Error>(o.cents)
+            }
+        });
+        let started = Instant::now();
+        let run = JetStreamConsumer::new(consumer, h)
+            .run(tokio::time::sleep(Duration::from_secs(2)))
+            .await;
+        match run {
+            Err(rerun_queue::Error::Config(m)) => {
+                assert!(m.contains("AckPolicy::Explicit"), "{m}")
+            }
+            other => panic!("{tag}: {other:?}"),
+        }
+        assert!(started.elapsed() < Duration::from_secs(1), "{tag}");
+        assert_eq!(runs.load(Ordering::SeqCst), 0, "{tag}");
+    }
+    rig.cleanup().await;
+}
+
+/// A publisher's `x-delivery-count` does not make a first delivery a late attempt: a message
+/// published with a count of 1000 that fails once is retried, not dead-lettered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn amqp_a_first_delivery_is_the_first_attempt_whatever_its_headers_say() {
+    let Some(rig) = rig(Broker::Amqp, "count").await else {
+        return;
+    };
+    let mut headers = FieldTable::default();
+    headers.insert("x-delivery-count".into(), AMQPValue::LongLongInt(1000));
+    let props = BasicProperties::default()
+        .with_delivery_mode(2)
+        .with_message_id("m-count".into())
+        .with_headers(headers);
+    rig.channel()
+        .basic_publish(
+            "",
+            &rig.name,
+            BasicPublishOptions::default(),
+            &order("o-count"),
+            props,
+        )
+        .await
+        .expect("publish")
+        .await
+        .expect("publish confirm");
+    let runs = Arc::new(AtomicUsize::new(0));
+    let r = runs.clone();
+    let h = handler::typed(Arc::new(MemoryStore::new()), move |o: Order| {
+        let r = r.clone();
+        async move {
+            if r.fetch_add(1, Ordering::SeqCst) == 0 {
+                Err(Error::store_msg(None, "the database is restarting"))
+            } else {
+                Ok(o.cents)
+            }
+        }
+    });
+    let report = consume_until(&rig, h, fast(), || {
+        let r = runs.load(Ordering::SeqCst);
+        let rig = &rig;
+        async move { r >= 2 && rig.outstanding().await == 0 }
+    })
+    .await;
+    assert_eq!(
+        (report.ran, report.redelivered, report.dead_lettered),
+        (1, 1, 0),
+        "{report:?}"
+    );
+    assert_eq!(rig.dead_letters().await, 0);
+    rig.cleanup().await;
+}
+
+/// A consumer on a channel nobody else holds, stopped while a handler runs: the channel stays
+/// open until the handler is done and its delivery acked. (Closed at the stop, RabbitMQ would
+/// requeue the delivery mid-handler and the ack would fail.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn amqp_a_handler_running_at_shutdown_acks_on_the_consumers_own_channel() {
+    let Some(rig) = rig(Broker::Amqp, "ownchannel").await else {
+        return;
+    };
+    rig.publish(&order("o-own"), Some("m-own")).await;
+    let conn = Connection::connect(&rig.url, ConnectionProperties::default())
+        .await
+        .expect("connecting to RabbitMQ");
+    let channel = conn.create_channel().await.expect("channel");
+    let starts = Arc::new(AtomicUsize::new(0));
+    let s = starts.clone();
+    let h = handler::typed(Arc::new(MemoryStore::new()), move |o: Order| {
+        let s = s.clone();
+        async move {
+            s.fetch_add(1, Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(1500)).await;
+            Ok::<_, Error>(o.cents)
+        }
+    });
+    let stop = eventually(Duration::from_secs(10), || {
+        let n = starts.load(Ordering::SeqCst);
+        async move { n >= 1 }
+    });
+    let report = AmqpConsumer::new(channel, &rig.name, h)
+        .settings(fast().grace(Duration::from_secs(10)))
+        .run(async {
+            stop.await;
+        })
+        .await
+        .expect("consumer run");
+    assert_eq!(
+        (report.ran, report.settle_failures, report.released),
+        (1, 0, 0),
+        "{report:?}"
+    );
+    // The channel is gone now: a delivery left unacked on it would be back in the queue.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(rig.outstanding().await, 0);
+    assert_eq!(starts.load(Ordering::SeqCst), 1);
+    let _ = conn.close(200, "done").await;
     rig.cleanup().await;
 }

@@ -10,7 +10,9 @@ use std::time::Duration;
 use common::{eventually, unique, Broker, Rig};
 use futures::future::BoxFuture;
 use rerun_core::{Error, Idempotent, MemoryStore};
-use rerun_queue::nats::{DEAD_MSG_ID_HEADER, DEAD_REASON_HEADER, DEAD_SUBJECT_HEADER};
+use rerun_queue::nats::{
+    DEAD_BODY_OMITTED_HEADER, DEAD_MSG_ID_HEADER, DEAD_REASON_HEADER, DEAD_SUBJECT_HEADER,
+};
 use rerun_queue::{handler, Failure, FailureKind, Handled, Handler, Message, Policy, Settings};
 use serde::{Deserialize, Serialize};
 
@@ -215,5 +217,50 @@ async fn a_dead_letter_copy_that_fails_again_is_not_copied_again() {
     let stored = stream.info().await.expect("stream info").state.messages;
     assert!(stored <= 2, "the message and one copy, at most: {stored}");
     assert_eq!(rig.outstanding().await, 0, "terminated");
+    rig.cleanup().await;
+}
+
+/// A message that fits the server, but not with the dead-letter headers added: its copy is
+/// stored without the body and says so, and the message is terminated. (Published whole, the
+/// copy would be over the server's `max_payload`: the server closes the connection, the copy
+/// is never stored, and the message comes back to fail again for ever.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copy_too_large_for_the_server_is_stored_without_the_body() {
+    let Some(rig) = rig("large").await else {
+        return;
+    };
+    let max_payload = rig.js().client().server_info().max_payload;
+    // With its `Nats-Msg-Id` header (30 bytes), just within the limit.
+    let body = vec![b'x'; max_payload - 64];
+    rig.publish(&body, Some("m-1")).await;
+    let runs = Arc::new(AtomicUsize::new(0));
+    let stop = async {
+        eventually(Duration::from_secs(10), || async {
+            rig.outstanding().await == 0 && rig.dead_letters().await >= 1
+        })
+        .await;
+    };
+    let report = rig.consume(Hopeless(runs.clone()), fast(), stop).await;
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "{report:?}");
+    assert_eq!(
+        (report.dead_lettered, report.settle_failures),
+        (1, 0),
+        "{report:?}"
+    );
+    assert_eq!(rig.outstanding().await, 0, "terminated");
+    let dead = rig
+        .js()
+        .get_stream(format!("{}_dead", rig.name))
+        .await
+        .expect("dead stream");
+    let copy = dead.get_raw_message(1).await.expect("dead letter");
+    assert!(copy.payload.is_empty(), "{} bytes", copy.payload.len());
+    let header = |name: &str| copy.headers.get(name).map(|v| v.as_str().to_owned());
+    assert_eq!(
+        header(DEAD_BODY_OMITTED_HEADER),
+        Some(body.len().to_string())
+    );
+    assert_eq!(header(DEAD_MSG_ID_HEADER).as_deref(), Some("m-1"));
+    assert_eq!(header(DEAD_REASON_HEADER).as_deref(), Some("hopeless"));
     rig.cleanup().await;
 }

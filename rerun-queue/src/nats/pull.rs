@@ -1,11 +1,17 @@
-//! The pull requests a [`JetStreamConsumer`](super::JetStreamConsumer) makes: one batch of
-//! messages at a time, the next asked for once half the current one has arrived.
+//! The pull requests a [`JetStreamConsumer`](super::JetStreamConsumer) makes: at most two at a
+//! time, each for no more messages than handlers are free to take.
 //!
 //! Each request is its own [`pull::Batch`], with its own inbox, and ends when its last message
 //! arrived or its time ran out. Nothing is counted across requests: a count of messages still
 //! to come that spans requests (the client's continuous pull stream) can be left one too high
 //! when a message overtakes the acknowledgement of its own request, and with a batch of one
 //! that stops all pulling until the stream's 35-second timer.
+//!
+//! A message must not wait in a request's buffer while every handler is busy: nothing reads
+//! the request then, and once its timer (its wait plus 5 s) has run out the client ends it at
+//! the next read, dropping what it holds unread. The server redelivers those only after their
+//! ack wait, each counted as a delivery more. So the messages asked for and not yet handed
+//! out never outnumber the handlers free to take them (see [`Pulls::next`]).
 
 use std::future::poll_fn;
 use std::task::Poll;
@@ -32,7 +38,7 @@ const ERROR_PAUSE: Duration = Duration::from_millis(500);
 /// One pull request and the messages still to come on it.
 struct Request {
     messages: pull::Batch,
-    /// Messages asked for and not yet arrived.
+    /// Messages asked for and not yet handed out: still to come, or waiting in the client.
     left: usize,
     /// Whether any message came on it.
     delivered: bool,
@@ -43,13 +49,13 @@ struct Request {
 /// The messages of a pull consumer, one request after the other.
 pub(super) struct Pulls {
     consumer: PullConsumer,
-    /// Messages asked for per request.
+    /// The most messages asked for in one request.
     batch: usize,
     /// How long each request waits on the server.
     expires: Duration,
     /// The request being read.
     current: Option<Request>,
-    /// The request made ahead of it, once half of the current one has arrived.
+    /// The request made while the current one still has messages to come.
     ahead: Option<Request>,
     /// Failed requests in a row.
     errors: u32,
@@ -79,25 +85,27 @@ impl Pulls {
         }
     }
 
-    /// The next message; `Err` once requests have failed [`MAX_ERRORS`] times in a row (a
-    /// request that ran its course, with or without messages, ends the row).
-    pub(super) async fn next(&mut self) -> Result<jetstream::Message, Error> {
+    /// The next message, for a caller whose handlers could start on `free` messages now (the
+    /// one asked for included); `Err` once requests have failed [`MAX_ERRORS`] times in a row
+    /// (a request that ran its course, with or without messages, ends the row).
+    ///
+    /// The messages asked for and not yet handed out, the one this call hands out included,
+    /// are never more than `free`. So when this returns, those left are no more than the
+    /// handlers still free; the free handlers only grow until the next call (handlers
+    /// finish; only the caller takes them); and the caller calls again while one is free.
+    /// Whenever a message is on its way or waiting in the client, a caller is therefore
+    /// reading, and none is left in a request's buffer for its timer to drop.
+    pub(super) async fn next(&mut self, free: usize) -> Result<jetstream::Message, Error> {
         loop {
             if self.current.is_none() {
                 self.current = self.ahead.take();
             }
-            // The current request, or once half of it has arrived the one ahead of it. With a
-            // batch of one nothing is asked for ahead: a message waiting in the client's
-            // buffer has its ack wait running while no handler can start on it.
-            let missing = match &self.current {
-                None => Some(Which::Current),
-                Some(r) if self.batch > 1 && r.left <= self.batch / 2 && self.ahead.is_none() => {
-                    Some(Which::Ahead)
-                }
-                Some(_) => None,
-            };
-            if let Some(which) = missing {
-                match self.request().await {
+            if let Some(count) = self.to_ask(free) {
+                let which = match self.current {
+                    None => Which::Current,
+                    Some(_) => Which::Ahead,
+                };
+                match self.request(count).await {
                     Ok(request) => *self.slot(which) = Some(request),
                     Err(e) => {
                         self.failed("making a JetStream pull request", e).await?;
@@ -143,6 +151,27 @@ impl Pulls {
         }
     }
 
+    /// How many messages to ask for now, if a request is worth making: as many as handlers
+    /// are free (`free`) beyond the messages still to come, within a batch. With none to
+    /// come, any number; otherwise only once the request being read has half a batch or
+    /// less to come (the server hands messages to its requests in turn, so the sooner the
+    /// next one is made, the more the two interleave), and for half a batch or more, so
+    /// that requests stay few. Two requests at a time at most.
+    fn to_ask(&self, free: usize) -> Option<usize> {
+        if self.ahead.is_some() {
+            return None;
+        }
+        let half = (self.batch / 2).max(1);
+        let coming = self.current.as_ref().map_or(0, |r| r.left);
+        if coming > self.batch / 2 {
+            return None;
+        }
+        // At least the message this call hands out.
+        let room = free.max(1).saturating_sub(coming).min(self.batch);
+        let worth = if coming == 0 { 1 } else { half };
+        (room >= worth).then_some(room)
+    }
+
     /// The place of the request `which` names.
     fn slot(&mut self, which: Which) -> &mut Option<Request> {
         match which {
@@ -151,19 +180,19 @@ impl Pulls {
         }
     }
 
-    /// A new request for a batch.
-    async fn request(&self) -> Result<Request, pull::BatchError> {
+    /// A new request for `count` messages.
+    async fn request(&self, count: usize) -> Result<Request, pull::BatchError> {
         let made = Instant::now();
         let messages = self
             .consumer
             .batch()
-            .max_messages(self.batch)
+            .max_messages(count)
             .expires(self.expires)
             .messages()
             .await?;
         Ok(Request {
             messages,
-            left: self.batch,
+            left: count,
             delivered: false,
             made,
         })
@@ -207,8 +236,11 @@ impl Pulls {
 
     /// Ends the requests; messages already in the client's buffer are handed back at once
     /// (`-NAK`), those still on their way come back after their ack wait.
-    pub(super) async fn stop(self) {
-        for mut request in [self.current, self.ahead].into_iter().flatten() {
+    pub(super) async fn stop(&mut self) {
+        for mut request in [self.current.take(), self.ahead.take()]
+            .into_iter()
+            .flatten()
+        {
             while let Some(Some(Ok(message))) = request.messages.next().now_or_never() {
                 if let Err(e) = message.ack_with(AckKind::Nak(None)).await {
                     tracing::debug!(error = %escaped(&e.to_string()), "rerun-queue: handing back a fetched message failed; it comes back after its ack wait");

@@ -50,8 +50,9 @@ async fn publish(js: &jetstream::Context, name: &str, count: usize) {
     }
 }
 
-async fn next_within(pulls: &mut Pulls, limit: Duration) -> jetstream::Message {
-    tokio::time::timeout(limit, pulls.next())
+/// The next message for a caller with `free` handlers free, within `limit`.
+async fn next_within(pulls: &mut Pulls, free: usize, limit: Duration) -> jetstream::Message {
+    tokio::time::timeout(limit, pulls.next(free))
         .await
         .expect("a message in time")
         .expect("pulling")
@@ -88,14 +89,14 @@ async fn requests_keep_within_the_consumers_limits_and_are_renewed() {
         assert_eq!((pulls.batch, pulls.expires), (2, Duration::from_secs(1)));
         publish(&js, &name, 5).await;
         for i in 0..5 {
-            let m = next_within(&mut pulls, Duration::from_secs(10)).await;
+            let m = next_within(&mut pulls, 16, Duration::from_secs(10)).await;
             assert_eq!(&m.payload[..], format!("m-{i}").as_bytes());
             m.ack().await.expect("acking");
         }
         // Several request lifetimes with nothing to fetch.
         tokio::time::sleep(Duration::from_millis(2_500)).await;
         publish(&js, &name, 1).await;
-        let m = next_within(&mut pulls, Duration::from_secs(5)).await;
+        let m = next_within(&mut pulls, 16, Duration::from_secs(5)).await;
         assert_eq!(&m.payload[..], b"m-0");
         assert_eq!(pulls.errors, 0);
     })
@@ -113,7 +114,7 @@ async fn stopping_hands_back_what_no_handler_took() {
     on_a_stream(config, |js, name, mut consumer| async move {
         publish(&js, &name, 4).await;
         let mut pulls = Pulls::new(consumer.clone(), 4);
-        let taken = next_within(&mut pulls, Duration::from_secs(10)).await;
+        let taken = next_within(&mut pulls, 4, Duration::from_secs(10)).await;
         assert_eq!(
             ack_pending_reaches(&mut consumer, 4).await,
             4,
@@ -123,12 +124,42 @@ async fn stopping_hands_back_what_no_handler_took() {
         pulls.stop().await;
         let mut again = Pulls::new(consumer.clone(), 4);
         for _ in 0..3 {
-            let m = next_within(&mut again, Duration::from_secs(5)).await;
+            let m = next_within(&mut again, 4, Duration::from_secs(5)).await;
             let delivered = m.info().map(|i| i.delivered).expect("metadata");
             assert_eq!(delivered, 2, "handed back, well before the 60 s ack wait");
             m.ack().await.expect("acking");
         }
         assert_eq!(ack_pending_reaches(&mut consumer, 0).await, 0);
+    })
+    .await;
+}
+
+/// No more messages are asked for than the caller has handlers free for: with eight
+/// messages in the stream and requests of up to eight, a caller with two free gets two
+/// into the client, and the rest only as it frees handlers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn asks_for_no_more_than_the_free_handlers_take() {
+    let config = pull::Config {
+        ack_wait: Duration::from_secs(60),
+        ..Default::default()
+    };
+    on_a_stream(config, |js, name, mut consumer| async move {
+        publish(&js, &name, 8).await;
+        let mut pulls = Pulls::new(consumer.clone(), 8);
+        let first = next_within(&mut pulls, 2, Duration::from_secs(10)).await;
+        let second = next_within(&mut pulls, 1, Duration::from_secs(10)).await;
+        // Long enough for more to arrive, had more been asked for.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert_eq!(ack_pending_reaches(&mut consumer, 2).await, 2);
+        for m in [first, second] {
+            m.ack().await.expect("acking");
+        }
+        // Handlers free again: a request for as many as are free.
+        let third = next_within(&mut pulls, 4, Duration::from_secs(10)).await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert_eq!(ack_pending_reaches(&mut consumer, 4).await, 4);
+        third.ack().await.expect("acking");
+        pulls.stop().await;
     })
     .await;
 }
