@@ -14,7 +14,9 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
-use postgres_common::{child, claimed, request, terminate_waiting, url, with_param, Side, Table};
+use postgres_common::{
+    child, claimed, request, terminate_waiting, url, wait_until_waiting, with_param, Side, Table,
+};
 use rerun_core::record::{ClaimResponse, Status};
 use rerun_core::store::postgres::PostgresStore;
 use rerun_core::{codec, AsyncStore, Call, Error, Fingerprint, Holder, Key, Options, Store};
@@ -244,6 +246,49 @@ fn a_statement_timeout_keeps_its_connection() {
         backends(),
         before,
         "the connection was closed and another opened"
+    );
+}
+
+/// A claim that read a record it may take over (here a `once` attempt whose lease ran out),
+/// whose record an operator deletes (`forget`) before the claim writes: the claim takes over
+/// nothing. It reads again and claims the key afresh, instead of reporting the attempt it read
+/// as abandoned, which for a `once` attempt would put an unknown outcome back on the key the
+/// operator just cleared.
+#[test]
+fn a_record_forgotten_under_a_claim_is_not_taken_over() {
+    let Some(url) = url() else { return };
+    let app = format!("rerun_forgotten_{}", std::process::id());
+    let table = postgres_common::unique_table("forgotten");
+    let _t = Table {
+        url: url.clone(),
+        name: table.clone(),
+    };
+    let store = PostgresStore::builder(&with_param(&url, &format!("application_name={app}")))
+        .table(&table)
+        .connect()
+        .unwrap();
+    let side = Side::connect(&url);
+    let (fp, h) = (Fingerprint::of(&"payload").unwrap(), Holder::current());
+    let key = Key::new("fault", "forgotten");
+    let mut once = request(&key, &fp, &h, Duration::from_secs(1));
+    once.once = true;
+    let first = claimed(store.claim(&once));
+    std::thread::sleep(Duration::from_millis(1_300));
+    // The operator's deletion, not yet committed when the claim reads the record.
+    side.exec(&format!("BEGIN; DELETE FROM \"{table}\""));
+    let answer = std::thread::scope(|s| {
+        let claim = s.spawn(|| store.claim(&request(&key, &fp, &h, LONG)));
+        wait_until_waiting(&url, &app);
+        side.exec("COMMIT");
+        claim.join().unwrap()
+    });
+    let claim = claimed(answer);
+    assert_eq!(claim.abandoned, None, "the deleted attempt was taken over");
+    assert!(!claim.once);
+    assert!(claim.fence > first.fence);
+    assert_eq!(
+        store.inspect(&key).unwrap().unwrap().status,
+        Status::InProgress
     );
 }
 

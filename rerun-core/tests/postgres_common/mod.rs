@@ -153,16 +153,26 @@ impl Side {
     }
 }
 
-/// Waits until a backend of `application_name` waits on a lock, and terminates it. Each poll
-/// is a new autocommit connection: inside a transaction, `pg_stat_activity` is a snapshot that
-/// would never show the waiter.
+/// Waits until a backend of `application_name` waits on a lock, and terminates it.
 pub fn terminate_waiting(url: &str, application_name: &str) {
+    on_waiting(url, application_name, "pg_terminate_backend(pid)");
+}
+
+/// Waits until a backend of `application_name` waits on a lock.
+pub fn wait_until_waiting(url: &str, application_name: &str) {
+    on_waiting(url, application_name, "pid");
+}
+
+/// Selects `what` of the backends of `application_name` that wait on a lock, until there are
+/// some. Each poll is a new autocommit connection: inside a transaction, `pg_stat_activity` is
+/// a snapshot that would never show the waiter.
+fn on_waiting(url: &str, application_name: &str, what: &str) {
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     loop {
         let rows = psql(
             url,
             &format!(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+                "SELECT {what} FROM pg_stat_activity \
                  WHERE application_name = '{application_name}' AND wait_event_type = 'Lock'"
             ),
         )

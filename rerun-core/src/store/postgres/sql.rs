@@ -162,17 +162,20 @@ impl Names {
     ///
     /// The claim statement reads the record in its snapshot and calls this function only
     /// when that read shows the key absent or claimable; `seen_fence` and `seen_status` are
-    /// what it read (NULL: absent). The insert's `ON CONFLICT` re-checks on the newest row
-    /// version, which it locks: the update happens only if that version is still the one the
-    /// statement read (same fence and status: compare-and-set) and is still claimable. Two
-    /// racing claims therefore cannot both win, and the abandoned attempt the statement
-    /// reports is exactly the one replaced. The function returns the new fence, or NULL when
-    /// a concurrent claim changed the record first (the caller then reads again).
+    /// what it read (NULL: absent). A key read absent is inserted; the insert's `ON CONFLICT
+    /// DO NOTHING` waits for a concurrent claim's insert and then leaves it. A record read
+    /// claimable is updated only if its newest version, which the update locks, is still the
+    /// one the statement read (same fence and status: compare-and-set) and still claimable;
+    /// a record deleted meanwhile (forgotten, purged) is not replaced by an insert, which the
+    /// caller would take for the takeover of the attempt it read. Two racing claims therefore
+    /// cannot both win, and the abandoned attempt the statement reports is exactly the one
+    /// replaced. The function returns the new fence, or NULL when the record changed or went
+    /// first (the caller then reads again).
     ///
     /// `nextval()` runs only when a claim is attempted; a drawn fence that loses the race is
     /// skipped, which keeps fences growing. `now()` is the calling statement's (one
     /// transaction), so the lease starts on the clock the read was judged by. PL/pgSQL keeps
-    /// the insert's plan for the session.
+    /// the statements' plans for the session.
     pub(crate) fn claim_function(&self) -> String {
         let Names {
             records: table,
@@ -190,21 +193,28 @@ impl Names {
             DECLARE
                 claimed_fence bigint;
             BEGIN
-                INSERT INTO {table} AS r (scope, id, status, fence, fingerprint, holder, once,
-                                          lease_until, expires_at, result)
-                VALUES (p_scope, p_id, 'in_progress', nextval('{seq}'), p_fingerprint, p_holder,
-                        p_once, now() + p_lease_us * interval '1 microsecond', NULL, NULL)
-                ON CONFLICT (scope, id) DO UPDATE
+                IF p_seen_fence IS NULL THEN
+                    INSERT INTO {table} (scope, id, status, fence, fingerprint, holder, once,
+                                         lease_until, expires_at, result)
+                    VALUES (p_scope, p_id, 'in_progress', nextval('{seq}'), p_fingerprint,
+                            p_holder, p_once, now() + p_lease_us * interval '1 microsecond',
+                            NULL, NULL)
+                    ON CONFLICT (scope, id) DO NOTHING
+                    RETURNING fence INTO claimed_fence;
+                    RETURN claimed_fence;
+                END IF;
+                UPDATE {table} AS r
                    -- Above the record's own fence even if the sequence was set back (a table
                    -- restored without it, or copied where its value does not travel).
-                   SET status = 'in_progress', fence = greatest(EXCLUDED.fence, r.fence + 1),
-                       fingerprint = EXCLUDED.fingerprint, holder = EXCLUDED.holder,
+                   SET status = 'in_progress', fence = greatest(nextval('{seq}'), r.fence + 1),
+                       fingerprint = p_fingerprint, holder = p_holder,
                        -- An attempt whose outcome is unknown is taken over at most once.
-                       once = EXCLUDED.once OR r.status = 'unknown'
+                       once = p_once OR r.status = 'unknown'
                               OR (r.status = 'in_progress' AND r.once),
-                       lease_until = EXCLUDED.lease_until,
+                       lease_until = now() + p_lease_us * interval '1 microsecond',
                        expires_at = NULL, result = NULL, changed_at = now()
-                 WHERE r.fence = p_seen_fence AND r.status = p_seen_status
+                 WHERE r.scope = p_scope AND r.id = p_id
+                   AND r.fence = p_seen_fence AND r.status = p_seen_status
                    AND {r_claimable} IS TRUE
                 RETURNING fence INTO claimed_fence;
                 RETURN claimed_fence;
@@ -314,8 +324,9 @@ impl Names {
 /// The version the claim function's text names (`-- rerun claim function version N --`): a
 /// function without it, or of a lower one, was made by an earlier build, and `connect`
 /// replaces it. Version 2 keeps a takeover of an unknown outcome at most once; version 3 draws
-/// a takeover's fence above the record's own, whatever the sequence says.
-const CLAIM_FUNCTION_VERSION: u32 = 3;
+/// a takeover's fence above the record's own, whatever the sequence says; version 4 takes over
+/// only the record the statement read, never a key deleted since.
+const CLAIM_FUNCTION_VERSION: u32 = 4;
 
 /// The argument types of the claim function, as `to_regprocedure` names it.
 const CLAIM_FUNCTION_ARGS: &str =
