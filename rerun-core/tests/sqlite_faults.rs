@@ -306,6 +306,58 @@ fn a_burst_of_threads_under_a_low_file_limit_queues_and_shrinks() {
     );
 }
 
+/// A process out of file descriptors cannot open a connection: the call fails retryably
+/// (SQLite says "unable to open database file", as it does of a file closed to writing, which
+/// no retry fixes), and the next call, with descriptors free again, runs.
+#[test]
+fn out_of_file_descriptors_a_call_fails_retryably() {
+    const ROLE: &str = "RERUN_TEST_SQLITE_EMFILE";
+    if let Ok(path) = std::env::var(ROLE) {
+        emfile_child(std::path::Path::new(&path));
+        return;
+    }
+    let dir = dir();
+    let path = dir.path().join("emfile.sqlite3");
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "out_of_file_descriptors_a_call_fails_retryably",
+            "--exact",
+            "--nocapture",
+        ])
+        .env(ROLE, &path)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("EMFILE OK"),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn emfile_child(path: &std::path::Path) {
+    use nix::sys::resource::{setrlimit, Resource};
+    setrlimit(Resource::RLIMIT_NOFILE, 64, 64).unwrap();
+    // No idle connection kept: every call opens one.
+    let store = SqliteStore::open_with(path, SqliteOptions::new().max_idle(0)).unwrap();
+    Call::new("s", "first")
+        .run(&store, || Ok::<_, Error>(1))
+        .unwrap();
+    let mut taken = Vec::new();
+    while let Ok(file) = std::fs::File::open("/dev/null") {
+        taken.push(file);
+    }
+    let err = Call::new("s", "k")
+        .run(&store, || Ok::<_, Error>(2))
+        .unwrap_err();
+    println!("out of descriptors: {err}");
+    assert!(err.is_retryable(), "{err:?}");
+    drop(taken);
+    let ran = Call::new("s", "k").run(&store, || Ok::<_, Error>(3));
+    assert!(matches!(ran, Ok(ref o) if o.value == 3), "{ran:?}");
+    println!("EMFILE OK");
+}
+
 fn open_files() -> usize {
     std::fs::read_dir("/proc/self/fd")
         .map(|d| d.count())

@@ -241,6 +241,33 @@ fn restore_durability(conn: &Connection, key: &Key) {
     }
 }
 
+/// The error of a connection SQLite could not open for writing (`SQLITE_CANTOPEN`, or a
+/// connection it opened read-only instead). SQLite says the same of a file closed to writing
+/// and of a process out of file descriptors or memory; the OS tells them apart. A shortage a
+/// later call may outlast is retryable, a file that stays closed to writing is not (as
+/// [`io_err`] judges).
+fn unwritable(path: &Path, what: &str, cause: &dyn std::fmt::Display) -> Error {
+    use nix::errno::Errno;
+    match std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+    {
+        Ok(_) => Error::store_msg(
+            None,
+            format!("{what}: {cause} (it opens for writing now: a passing shortage)"),
+        ),
+        Err(e)
+            if e.raw_os_error().is_some_and(|n| {
+                [Errno::EMFILE, Errno::ENFILE, Errno::ENOMEM].contains(&Errno::from_raw(n))
+            }) =>
+        {
+            Error::store(None, format!("{what}: {cause}"), e)
+        }
+        Err(e) => io_err(format!("{what}: {cause}"), e),
+    }
+}
+
 /// An I/O error on the way to the file, with the absolute path.
 fn io_err(what: String, e: std::io::Error) -> Error {
     use std::io::ErrorKind as K;
@@ -327,7 +354,22 @@ fn real_path(path: &Path) -> PathBuf {
 impl Inner {
     fn connect(&self) -> Result<Connection, Error> {
         let what = format!("opening {}", self.path.display());
-        let conn = Connection::open(&self.path).map_err(|e| sql_err(None, &what, e))?;
+        let conn = Connection::open(&self.path).map_err(|e| match e.sqlite_error_code() {
+            Some(rusqlite::ErrorCode::CannotOpen) => unwritable(&self.path, &what, &e),
+            _ => sql_err(None, &what, e),
+        })?;
+        // SQLite opens a file it could not open for writing read-only, without a word; every
+        // write on the connection would then fail.
+        if conn
+            .is_readonly(rusqlite::DatabaseName::Main)
+            .unwrap_or(false)
+        {
+            return Err(unwritable(
+                &self.path,
+                &what,
+                &"SQLite could open the file only for reading",
+            ));
+        }
         conn.busy_timeout(self.busy_timeout)
             .map_err(|e| sql_err(None, &what, e))?;
         // WAL lets readers (every replay) run beside the one writer. The pragma answers the
