@@ -195,7 +195,8 @@ impl<'s, 'p, S: Store + ?Sized> Recover<'s, 'p, S> {
         self.scope_prefix = Some(prefix.into());
         self
     }
-    /// Called with the counts so far after every page of records.
+    /// Called with the counts so far after every page of records, and once more when an error
+    /// stops the run, with what it changed before the error.
     pub fn on_page(mut self, f: impl FnMut(&Recovery) + 'p) -> Self {
         self.on_page = Some(Box::new(f));
         self
@@ -215,7 +216,10 @@ impl<'s, 'p, S: Store + ?Sized> Recover<'s, 'p, S> {
         }
         let mut cursor: Option<String> = None;
         loop {
-            let page = store.scan_filtered(&filter, cursor.as_deref(), PAGE)?;
+            let page = match store.scan_filtered(&filter, cursor.as_deref(), PAGE) {
+                Ok(page) => page,
+                Err(e) => return Err(self.stopped(&done, e)),
+            };
             for bad in page
                 .unreadable
                 .iter()
@@ -233,6 +237,13 @@ impl<'s, 'p, S: Store + ?Sized> Recover<'s, 'p, S> {
             for record in page.records.iter().filter(|r| filter.matches(r)) {
                 done.scanned += 1;
                 match record.status {
+                    // An in-progress record always names its holder; one that does not (a
+                    // damaged or hand-written row) cannot be settled, and is left for the next
+                    // call of its key, which takes it over once its lease is out.
+                    Status::InProgress if record.holder.is_none() => {
+                        tracing::warn!(key = %crate::runtime::telemetry::key_field(&record.key), "rerun recovery: a claim in progress names no holder; it is left as it is");
+                        done.unreadable += 1;
+                    }
                     Status::InProgress if is_stale(record) => {
                         if self.dry_run {
                             if record.once {
@@ -240,8 +251,8 @@ impl<'s, 'p, S: Store + ?Sized> Recover<'s, 'p, S> {
                             } else {
                                 done.released += 1;
                             }
-                        } else {
-                            settle(store, record, &mut done)?;
+                        } else if let Err(e) = settle(store, record, &mut done) {
+                            return Err(self.stopped(&done, e));
                         }
                     }
                     Status::InProgress => done.live += 1,
@@ -259,7 +270,10 @@ impl<'s, 'p, S: Store + ?Sized> Recover<'s, 'p, S> {
         }
         if !self.dry_run && self.scope_prefix.is_none() {
             loop {
-                let purged = store.purge_expired(PURGE_BATCH)?;
+                let purged = match store.purge_expired(PURGE_BATCH) {
+                    Ok(purged) => purged,
+                    Err(e) => return Err(self.stopped(&done, e)),
+                };
                 done.purged += purged;
                 if purged < PURGE_BATCH as u64 {
                     break;
@@ -273,34 +287,75 @@ impl<'s, 'p, S: Store + ?Sized> Recover<'s, 'p, S> {
     }
 }
 
+impl<S: Store + ?Sized> Recover<'_, '_, S> {
+    /// The error that stopped a run, after telling what the run changed before it: to the
+    /// page callback, and in the log.
+    fn stopped(&mut self, done: &Recovery, e: Error) -> Error {
+        if let Some(f) = self.on_page.as_mut() {
+            f(done);
+        }
+        if !self.dry_run {
+            tracing::warn!(store = %self.store.describe(), error = %crate::runtime::telemetry::error_field(&e), "rerun recovery stopped by an error; before it: {done}");
+        }
+        e
+    }
+}
+
 /// Releases (replayable) or marks unknown (`once`) one stale claim, fenced on its fence.
+///
+/// The record is read again first: a store's release and mark-unknown are fenced on the fence
+/// and the state, not on the lease, and a holder whose lease lapsed may have renewed it since
+/// the page was read (a renewal after a lapse stands). A claim found live again, or moved, is
+/// left. What remains is the time between this read and the write, one round trip, as for an
+/// operator's `forget`.
 fn settle<S: Store + ?Sized>(
     store: &S,
     record: &RecordView,
     done: &mut Recovery,
 ) -> Result<(), Error> {
-    let Some(holder) = record.holder.clone() else {
-        // An in-progress record always names its holder; one that does not is left for the
-        // next call of its key, which takes it over once its lease is out.
+    let now = match store.inspect(&record.key) {
+        Ok(Some(now)) => now,
+        // Forgotten or purged meanwhile.
+        Ok(None) => {
+            done.moved_meanwhile += 1;
+            return Ok(());
+        }
+        Err(Error::Corrupt { key, kind }) => {
+            tracing::warn!(key = %crate::runtime::telemetry::key_field(&key), problem = %kind, "rerun recovery: a stale claim was rewritten meanwhile into a record this build cannot read; it is left as it is");
+            done.unreadable += 1;
+            return Ok(());
+        }
+        Err(e) => return Err(e),
+    };
+    if now.status != Status::InProgress || now.fence != record.fence {
+        done.moved_meanwhile += 1;
+        return Ok(());
+    }
+    if !is_stale(&now) {
+        done.live += 1;
+        return Ok(());
+    }
+    let Some(holder) = now.holder.clone() else {
+        done.unreadable += 1;
         return Ok(());
     };
     let claim = Claim {
         key: record.key.clone(),
         fence: record.fence,
         holder,
-        once: record.once,
+        once: now.once,
         // Not known from the record: the default, which bounds the store call by the store's
         // own timeout.
         lease: crate::runtime::Options::new().lease_duration(),
         abandoned: None,
     };
-    let moved = if record.once {
+    let moved = if now.once {
         store.mark_unknown(&claim)
     } else {
         store.release(&claim)
     };
     match moved {
-        Ok(()) if record.once => done.marked_unknown += 1,
+        Ok(()) if now.once => done.marked_unknown += 1,
         Ok(()) => done.released += 1,
         Err(Error::LeaseLost { .. }) => done.moved_meanwhile += 1,
         // Rewritten meanwhile into what this build cannot read (by a newer rerun that took
@@ -380,6 +435,85 @@ mod tests {
         fn describe(&self) -> String {
             "memory, rewritten by a newer rerun".to_owned()
         }
+    }
+
+    /// A memory store whose holder renews its lapsed claim right after each page of the scan
+    /// is read, before recovery settles it.
+    struct RenewedAfterScan {
+        store: MemoryStore,
+        claim: Claim,
+    }
+
+    impl Store for RenewedAfterScan {
+        fn claim(&self, req: &ClaimRequest<'_>) -> Result<ClaimResponse, Error> {
+            self.store.claim(req)
+        }
+        fn complete(&self, claim: &Claim, result: &[u8], ttl: Duration) -> Result<(), Error> {
+            self.store.complete(claim, result, ttl)
+        }
+        fn release(&self, claim: &Claim) -> Result<(), Error> {
+            self.store.release(claim)
+        }
+        fn renew(&self, claim: &Claim, lease: Duration) -> Result<(), Error> {
+            self.store.renew(claim, lease)
+        }
+        fn mark_unknown(&self, claim: &Claim) -> Result<(), Error> {
+            self.store.mark_unknown(claim)
+        }
+        fn forget(&self, key: &Key) -> Result<bool, Error> {
+            self.store.forget(key)
+        }
+        fn inspect(&self, key: &Key) -> Result<Option<RecordView>, Error> {
+            self.store.inspect(key)
+        }
+        fn scan(
+            &self,
+            cursor: Option<&str>,
+            limit: usize,
+        ) -> Result<crate::store::ScanPage, Error> {
+            let page = self.store.scan(cursor, limit)?;
+            self.store.renew(&self.claim, Duration::from_secs(300))?;
+            Ok(page)
+        }
+        fn purge_expired(&self, limit: usize) -> Result<u64, Error> {
+            self.store.purge_expired(limit)
+        }
+        fn shared(&self) -> Arc<dyn Store> {
+            self.store.shared()
+        }
+        fn describe(&self) -> String {
+            "memory, renewed after the scan".to_owned()
+        }
+    }
+
+    /// A claim whose lease lapsed when the page was read and that its holder renewed before
+    /// recovery reached it is live again: left alone, not released from under its holder.
+    #[test]
+    fn a_lapsed_claim_renewed_after_the_scan_is_left_alone() {
+        let store = MemoryStore::new();
+        let key = Key::new("s", "renewed");
+        let holder = Holder::current();
+        let claimed = store.claim(&ClaimRequest {
+            key: &key,
+            fingerprint: &Fingerprint::EMPTY,
+            holder: &holder,
+            lease: Duration::from_millis(20),
+            once: false,
+            steal: None,
+        });
+        let Ok(ClaimResponse::Claimed(claim)) = claimed else {
+            panic!("{claimed:?}")
+        };
+        std::thread::sleep(Duration::from_millis(60));
+        let store = RenewedAfterScan { store, claim };
+        let done = recover(&store).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            (done.scanned, done.released, done.live),
+            (1, 0, 1),
+            "{done}"
+        );
+        let record = store.inspect(&key).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(record.map(|r| r.status), Some(Status::InProgress));
     }
 
     /// A stale claim rewritten meanwhile into a record this build cannot read is left as it

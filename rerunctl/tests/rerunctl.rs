@@ -486,6 +486,38 @@ fn a_malformed_row_on_sqlite() {
     on(&store, &["ls", "--json"]).expect(0);
 }
 
+/// A claim in progress that cannot be read is left by `recover`, which says so and exits 1 (as
+/// `ls` does), after its summary or its one JSON document.
+#[test]
+fn recover_exits_1_when_a_claim_cannot_be_read_on_sqlite() {
+    let store = Backend::sqlite();
+    let key = Key::new("jobs.resize", "img_odd");
+    Call::with_key(key.clone())
+        .run(&*store.open(), || Ok::<_, Error>(1))
+        .expect("a record");
+    let Backend::Sqlite { path, .. } = &store else {
+        return;
+    };
+    let db = rusqlite::Connection::open(path).expect("raw SQLite");
+    db.execute(
+        "UPDATE rerun_records SET status = 'in_progress', lease_until = -5 WHERE id = ?1",
+        [key.id()],
+    )
+    .expect("update");
+    let run = on(&store, &["recover"]).expect(1);
+    assert!(
+        run.stdout.contains("unreadable records left as they are")
+            && run.stderr.contains("cannot be read"),
+        "{}\n{}",
+        run.stdout,
+        run.stderr
+    );
+    let doc = on(&store, &["recover", "--json"]).expect(1).json();
+    assert_eq!(doc["unreadable"], 1, "{doc:#}");
+    assert!(doc.get("error").is_none(), "one document only: {doc:#}");
+    on(&store, &["recover", "--dry-run"]).expect(1);
+}
+
 #[test]
 fn corrupt_records_on_postgres() {
     if let Some(store) = Backend::postgres() {

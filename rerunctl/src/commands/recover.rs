@@ -11,7 +11,7 @@ use rerun_core::{Recover, Recovery};
 use serde::Serialize;
 
 use crate::cli::Context;
-use crate::failure::Failure;
+use crate::failure::{Failure, Kind};
 use crate::output::{self, Table};
 use crate::progress::Progress;
 
@@ -22,6 +22,8 @@ the claims whose holder is provably dead (on this host) or whose lease ran out, 
 interrupted at-most-once calls unknown, leave live claims alone, purge expired records.
 Reads only in-progress and unknown records. Every change is fenced: safe beside running
 services and another recovery. --dry-run changes nothing and counts what would change.
+Exits 1 when records could not be read (left as they are; `rerunctl ls` names them), and 2 on
+a store error, after saying what the run had changed before it.
 
 JSON: {\"store\", \"dry_run\", \"scope\" | null, \"scanned\", \"released\", \"marked_unknown\",
 \"unknown\", \"live\", \"moved_meanwhile\", \"purged\", \"unreadable\" (records that cannot be read, left
@@ -57,6 +59,8 @@ struct Document<'a> {
 pub fn run(ctx: &Context, args: &Args) -> Result<(), Failure> {
     let opened = crate::store::open(ctx.store.as_deref())?;
     let mut progress = Progress::new(ctx.stderr_is_terminal);
+    // What the run had done when it last said, kept for an error that stops it.
+    let mut so_far = Recovery::default();
     let verb = if args.dry_run {
         "planning"
     } else {
@@ -65,22 +69,43 @@ pub fn run(ctx: &Context, args: &Args) -> Result<(), Failure> {
     let mut recover =
         Recover::new(&*opened.store)
             .dry_run(args.dry_run)
-            .on_page(|so_far: &Recovery| {
+            .on_page(|now: &Recovery| {
+                so_far = *now;
                 progress.update(|| {
                     format!(
                         "{verb}: {} claims read, {} released, {} marked unknown, {} live",
-                        so_far.scanned, so_far.released, so_far.marked_unknown, so_far.live
+                        now.scanned, now.released, now.marked_unknown, now.live
                     )
                 })
             });
     if let Some(prefix) = &args.scope {
         recover = recover.scope_prefix(prefix.clone());
     }
-    let done = recover.run().map_err(|e| opened.failure("recovering", e))?;
+    let done = recover.run();
     drop(progress);
+    let done = match done {
+        Ok(done) => done,
+        Err(e) => {
+            let failure = opened.failure("recovering", e);
+            if args.dry_run || so_far.changed_nothing() {
+                return Err(failure);
+            }
+            let help = format!(
+                "before the error it released {} stale claims and marked {} unknown{}; run it again: what it changed stays, and it goes on from there",
+                so_far.released,
+                so_far.marked_unknown,
+                if so_far.purged > 0 {
+                    format!(", and purged {} expired records", so_far.purged)
+                } else {
+                    String::new()
+                }
+            );
+            return Err(failure.help(help));
+        }
+    };
 
     if ctx.json {
-        return output::print_json(&Document {
+        output::print_json(&Document {
             store: &opened.name,
             dry_run: args.dry_run,
             scope: args.scope.as_deref(),
@@ -92,7 +117,11 @@ pub fn run(ctx: &Context, args: &Args) -> Result<(), Failure> {
             moved_meanwhile: done.moved_meanwhile,
             purged: done.purged,
             unreadable: done.unreadable,
-        });
+        })?;
+        if done.unreadable > 0 {
+            return Err(unreadable(done.unreadable).after_document());
+        }
+        return Ok(());
     }
     output::print_text(&human(&opened.name, args, &done))?;
     if done.unknown + done.marked_unknown > 0 {
@@ -101,11 +130,19 @@ pub fn run(ctx: &Context, args: &Args) -> Result<(), Failure> {
         );
     }
     if done.unreadable > 0 {
-        output::note(
-            "records that cannot be read were left as they are: `rerunctl ls` names them, `rerunctl show SCOPE KEY` says what is wrong with each (one written by a newer rerun is fine: do not forget it)",
-        );
+        return Err(unreadable(done.unreadable));
     }
     Ok(())
+}
+
+/// Exit 1, as `ls` does when records cannot be read: a run that left some behind did not
+/// bring every record to a known state.
+fn unreadable(count: u64) -> Failure {
+    Failure::new(
+        Kind::Corrupt,
+        format!("{count} records cannot be read and were left as they are"),
+    )
+    .help("`rerunctl ls` names them, `rerunctl show SCOPE KEY` says what is wrong with each (one written by a newer rerun is fine: do not forget it)")
 }
 
 /// The summary, one line per count.
