@@ -225,6 +225,10 @@ struct Held {
     watch: Option<u64>,
     armed: bool,
     in_background: bool,
+    /// What the destructor does with an armed claim: release it, whatever its mode, once the
+    /// body has failed (its effect did not happen); otherwise release a replayable claim and
+    /// mark a `once` claim's outcome unknown.
+    release_on_drop: bool,
 }
 
 impl Held {
@@ -244,7 +248,23 @@ impl Held {
             watch,
             armed: true,
             in_background,
+            release_on_drop: false,
         }
+    }
+
+    /// Stops renewal, and has the destructor release the claim, a `once` claim too, if the
+    /// caller is dropped before it finishes the claim itself: the body failed, so its effect
+    /// did not happen. [`Held::disarm`] when the claim is finished.
+    fn release_on_drop(&mut self) {
+        if let Some(id) = self.watch.take() {
+            self.keeper.unwatch(id);
+        }
+        self.release_on_drop = true;
+    }
+
+    /// The caller finished the claim: the destructor leaves it.
+    fn disarm(&mut self) {
+        self.armed = false;
     }
 
     /// Stops renewal and disarms the destructor: the caller finishes the claim itself. Says
@@ -264,7 +284,7 @@ impl Drop for Held {
             return;
         }
         self.settle();
-        let job = if self.claim.once {
+        let job = if self.claim.once && !self.release_on_drop {
             Job::MarkUnknown(self.store.clone(), self.claim.clone())
         } else {
             Job::Release(self.store.clone(), self.claim.clone())
@@ -626,14 +646,24 @@ where
             Ok(out?)
         }
         Err(e) => {
-            held.settle();
-            match telemetry::store_op(kind, "release", backend.release(&held.claim)).await {
+            // The body's effect did not happen: the claim is released, a `once` claim too. Left
+            // to its lease instead, a `once` claim would end as an unknown outcome, refused
+            // until an operator forgets it; so a call dropped while the release is on its way
+            // hands it on, and a release that fails is tried again in the background.
+            held.release_on_drop();
+            let released = telemetry::store_op(kind, "release", backend.release(&held.claim)).await;
+            held.disarm();
+            match released {
                 Ok(()) => {
                     checkpoint::hit(Point::Released);
                     tracing::info!("rerun: the body failed; the claim was given back, and the next call runs afresh");
                 }
+                // Taken over meanwhile (its lease lapsed): nothing of this attempt's to give back.
+                Err(Error::LeaseLost { .. }) => {}
                 Err(err) => {
-                    tracing::warn!(key = %telemetry::key_field(key), error = %telemetry::error_field(&err), "rerun: could not release the claim after the body failed; its lease will end it")
+                    tracing::warn!(key = %telemetry::key_field(key), error = %telemetry::error_field(&err), "rerun: could not release the claim after the body failed; trying again in the background");
+                    held.keeper
+                        .submit(Job::Release(held.store.clone(), held.claim.clone()));
                 }
             }
             report.verdict = Verdict::Failed;

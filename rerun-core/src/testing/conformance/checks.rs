@@ -21,7 +21,7 @@ use crate::runtime::{Call, Reconciled};
 use crate::store::{ScanFilter, Store};
 
 pub(super) fn run_all<F: Factory>(factory: &F, settings: &Settings, report: &mut Report) {
-    let checks: [(&'static str, Check<F>); 26] = [
+    let checks: [(&'static str, Check<F>); 27] = [
         ("replay", replay),
         ("thread_storm", thread_storm),
         ("thread_storm_wait", thread_storm_wait),
@@ -43,6 +43,7 @@ pub(super) fn run_all<F: Factory>(factory: &F, settings: &Settings, report: &mut
         ("hung_neighbour", super::faults::hung_neighbour),
         ("panicking_renew", super::faults::panicking_renew),
         ("late_claim", super::faults::late_claim),
+        ("failed_release", super::faults::failed_release),
         ("hung_store", super::faults::hung_store),
         ("hung_store_async", super::faults::hung_store_async),
         ("key_domain", super::faults::key_domain),

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use super::report::Tally;
 use super::values::{random_keys, random_results, KeyModel};
-use super::wrappers::{LateClaims, PanicsOnce, Stalling};
+use super::wrappers::{FailsFirstRelease, LateClaims, PanicsOnce, Stalling};
 use super::{unique, Factory, Settings};
 use crate::codec;
 use crate::error::Error;
@@ -223,6 +223,66 @@ pub(super) fn late_claim<F: Factory>(factory: &F, _: &Settings) -> Result<Tally,
         t.expect(
             ran == 1,
             format!("{id}: the body ran {ran} times; once, by the second call, was expected"),
+        );
+    }
+    Ok(t)
+}
+
+/// A body that fails, whose claim's release fails too (once): the claim is still given back,
+/// a `once` claim included (the body's effect did not happen), so the next call runs the body
+/// at once instead of waiting out the lease, after which a `once` key would be an unknown
+/// outcome, refused until an operator forgets it.
+pub(super) fn failed_release<F: Factory>(factory: &F, _: &Settings) -> Result<Tally, Error> {
+    let (store, _) = factory.fresh()?;
+    let scope = unique("conformance");
+    let mut t = Tally::default();
+    for once in [false, true] {
+        let id = if once { "once" } else { "replayable" };
+        let key = Key::new(scope.clone(), id);
+        let failing = FailsFirstRelease::new(store.shared());
+        let bodies = AtomicU64::new(0);
+        let call = |store: &dyn Store, fails: bool| {
+            let call = Call::with_key(key.clone()).lease(MIN_LEASE * 30);
+            let call = if once { call.once() } else { call };
+            value_of(call.run(store, || {
+                bodies.fetch_add(1, Ordering::SeqCst);
+                if fails {
+                    Err(Error::config("the body's own failure"))
+                } else {
+                    Ok(7u32)
+                }
+            }))
+        };
+        let first = call(&failing, true);
+        t.calls += 1;
+        t.expect(
+            matches!(&first, Err(Error::Config { .. })),
+            format!("{id}: a failing body's call gave {first:?}, not the body's error"),
+        );
+        // Given back in the background: within seconds, not a lease of 30.
+        let until = Instant::now() + Duration::from_secs(10);
+        let status = loop {
+            let status = store.inspect(&key)?.map(|r| r.status);
+            if status != Some(crate::record::Status::InProgress) || Instant::now() > until {
+                break status;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        t.expect(
+            status == Some(crate::record::Status::Released),
+            format!("{id}: after a failed body and a failed release the record is {status:?}, not released"),
+        );
+        let second = call(&*store.shared(), false);
+        t.calls += 1;
+        t.expect(
+            matches!(second, Ok(7)),
+            format!("{id}: the call after a failed body gave {second:?}, not the body's result"),
+        );
+        let ran = bodies.load(Ordering::SeqCst);
+        t.bodies += ran;
+        t.expect(
+            ran == 2,
+            format!("{id}: the body ran {ran} times; twice (failed, then ran) was expected"),
         );
     }
     Ok(t)

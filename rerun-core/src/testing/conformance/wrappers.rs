@@ -10,14 +10,11 @@ use crate::key::Key;
 use crate::record::{Claim, ClaimRequest, ClaimResponse, RecordView};
 use crate::store::{ScanPage, Store};
 
-/// Forwards every method except `claim` and `renew` to `$inner`.
+/// Forwards every method except `claim`, `renew` and `release` to `$inner`.
 macro_rules! forward_the_rest {
     ($inner:ident) => {
         fn complete(&self, claim: &Claim, result: &[u8], ttl: Duration) -> Result<(), Error> {
             self.$inner.complete(claim, result, ttl)
-        }
-        fn release(&self, claim: &Claim) -> Result<(), Error> {
-            self.$inner.release(claim)
         }
         fn mark_unknown(&self, claim: &Claim) -> Result<(), Error> {
             self.$inner.mark_unknown(claim)
@@ -72,6 +69,9 @@ impl Stalling {
 
 impl Store for Stalling {
     forward_the_rest!(inner);
+    fn release(&self, claim: &Claim) -> Result<(), Error> {
+        self.inner.release(claim)
+    }
     fn claim(&self, req: &ClaimRequest<'_>) -> Result<ClaimResponse, Error> {
         self.inner.claim(req)
     }
@@ -112,6 +112,9 @@ impl PanicsOnce {
 
 impl Store for PanicsOnce {
     forward_the_rest!(inner);
+    fn release(&self, claim: &Claim) -> Result<(), Error> {
+        self.inner.release(claim)
+    }
     fn claim(&self, req: &ClaimRequest<'_>) -> Result<ClaimResponse, Error> {
         self.inner.claim(req)
     }
@@ -142,6 +145,9 @@ impl LateClaims {
 
 impl Store for LateClaims {
     forward_the_rest!(inner);
+    fn release(&self, claim: &Claim) -> Result<(), Error> {
+        self.inner.release(claim)
+    }
     fn claim(&self, req: &ClaimRequest<'_>) -> Result<ClaimResponse, Error> {
         let answer = self.inner.claim(req);
         std::thread::sleep(self.delay);
@@ -149,6 +155,45 @@ impl Store for LateClaims {
     }
     fn renew(&self, claim: &Claim, lease: Duration) -> Result<(), Error> {
         self.inner.renew(claim, lease)
+    }
+    fn shared(&self) -> Arc<dyn Store> {
+        Arc::new(self.clone())
+    }
+}
+
+/// A store whose first `release` fails with a retryable error, as a dropped connection or a
+/// lock held past the deadline would make it; every later one goes through.
+#[derive(Clone)]
+pub(super) struct FailsFirstRelease {
+    inner: Arc<dyn Store>,
+    armed: Arc<AtomicBool>,
+}
+
+impl FailsFirstRelease {
+    pub(super) fn new(inner: Arc<dyn Store>) -> FailsFirstRelease {
+        FailsFirstRelease {
+            inner,
+            armed: Arc::new(AtomicBool::new(true)),
+        }
+    }
+}
+
+impl Store for FailsFirstRelease {
+    forward_the_rest!(inner);
+    fn claim(&self, req: &ClaimRequest<'_>) -> Result<ClaimResponse, Error> {
+        self.inner.claim(req)
+    }
+    fn renew(&self, claim: &Claim, lease: Duration) -> Result<(), Error> {
+        self.inner.renew(claim, lease)
+    }
+    fn release(&self, claim: &Claim) -> Result<(), Error> {
+        if self.armed.swap(false, Ordering::SeqCst) {
+            return Err(Error::store_msg(
+                Some(&claim.key),
+                "a release that fails (on purpose, once)",
+            ));
+        }
+        self.inner.release(claim)
     }
     fn shared(&self) -> Arc<dyn Store> {
         Arc::new(self.clone())
