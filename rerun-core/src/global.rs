@@ -296,6 +296,55 @@ fn needs_feature(url: &str, feature: &str) -> Error {
 /// # Ok::<(), rerun_core::Error>(())
 /// ```
 pub fn open_url(url: &str) -> Result<Arc<dyn DynStore>, Error> {
+    open(url, Open::CreateOrMigrate)
+}
+
+/// Opens the existing store a URL names, as it is, for tools that look at a store the services
+/// own (`rerunctl`): the URLs of [`open_url`], but nothing is created, migrated or upgraded.
+///
+/// - `sqlite:PATH`: [`SqliteOptions::existing_only`](crate::store::sqlite::SqliteOptions::existing_only);
+///   no file, folder or schema is created, and the journal mode is left alone.
+/// - `postgres://…`: [`PostgresBuilder::existing_only`](crate::store::postgres::PostgresBuilder::existing_only);
+///   no table, schema or function is created or replaced, no table migrated, and the table's
+///   codec version is not raised (older services keep accepting it).
+/// - `redis://…`: the upgrade sweep is off
+///   ([`RedisOptions::upgrade_sweep`](crate::store::redis::RedisOptions::upgrade_sweep)), so
+///   connecting writes no key (it loads rerun's scripts and functions, which hold no data). Redis
+///   has no schema to check: a prefix with no records opens as an empty store. A record of rerun
+///   0.1 that a call, an inspection or a scan meets is still upgraded in place.
+/// - `memory:`: a new, empty store, as with [`open_url`].
+///
+/// A store that does not exist, or whose schema version differs from this build's, is
+/// [`Error::Config`], saying what to do.
+///
+/// ```
+/// let dir = tempfile::tempdir().unwrap();
+/// let url = format!("sqlite:{}", dir.path().join("rerun.sqlite3").display());
+/// let err = rerun_core::open_url_existing(&url).err();
+/// assert!(matches!(err, Some(rerun_core::Error::Config { .. })));
+/// assert!(!dir.path().join("rerun.sqlite3").exists());
+/// # Ok::<(), rerun_core::Error>(())
+/// ```
+pub fn open_url_existing(url: &str) -> Result<Arc<dyn DynStore>, Error> {
+    open(url, Open::Existing)
+}
+
+/// How [`open`] opens a store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Open {
+    /// Creating it if missing and migrating it: [`open_url`].
+    CreateOrMigrate,
+    /// As it is: [`open_url_existing`].
+    Existing,
+}
+
+/// Opens the store a URL names, as `how` says.
+#[cfg_attr(
+    not(all(feature = "sqlite", feature = "postgres", feature = "redis")),
+    allow(unused_variables)
+)]
+fn open(url: &str, how: Open) -> Result<Arc<dyn DynStore>, Error> {
+    let existing = how == Open::Existing;
     if url == "memory:" || url == "memory://" {
         return Ok(Arc::new(crate::store::memory::MemoryStore::new()));
     }
@@ -307,21 +356,29 @@ pub fn open_url(url: &str) -> Result<Arc<dyn DynStore>, Error> {
             ));
         }
         #[cfg(feature = "sqlite")]
-        return Ok(Arc::new(crate::store::sqlite::SqliteStore::open(path)?));
+        return Ok(Arc::new(crate::store::sqlite::SqliteStore::open_with(
+            path,
+            crate::store::sqlite::SqliteOptions::new().existing_only(existing),
+        )?));
         #[cfg(not(feature = "sqlite"))]
         return Err(needs_feature(url, "sqlite"));
     }
     if url.starts_with("postgres://") || url.starts_with("postgresql://") {
         #[cfg(feature = "postgres")]
-        return Ok(Arc::new(crate::store::postgres::PostgresStore::connect(
-            url,
-        )?));
+        return Ok(Arc::new(
+            crate::store::postgres::PostgresStore::builder(url)
+                .existing_only(existing)
+                .connect()?,
+        ));
         #[cfg(not(feature = "postgres"))]
         return Err(needs_feature(url, "postgres"));
     }
     if url.starts_with("redis://") || url.starts_with("rediss://") {
         #[cfg(feature = "redis")]
-        return Ok(Arc::new(crate::store::redis::RedisStore::connect(url)?));
+        return Ok(Arc::new(crate::store::redis::RedisStore::connect_with(
+            url,
+            crate::store::redis::RedisOptions::new().upgrade_sweep(!existing),
+        )?));
         #[cfg(not(feature = "redis"))]
         return Err(needs_feature(url, "redis"));
     }

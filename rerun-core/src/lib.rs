@@ -67,7 +67,10 @@ pub mod testing;
 
 pub use error::{AfterBody, CorruptKind, Error};
 pub use fingerprint::Fingerprint;
-pub use global::{global, init, init_from_env, open_url, redact, url_secrets, DEFAULT_SQLITE_PATH};
+pub use global::{
+    global, init, init_from_env, open_url, open_url_existing, redact, url_secrets,
+    DEFAULT_SQLITE_PATH,
+};
 pub use handler::{AsyncHandle, Handle, Idempotent};
 pub use holder::Holder;
 pub use key::{IntoKey, Key};

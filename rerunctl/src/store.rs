@@ -1,5 +1,8 @@
 //! Which store to open (`--store`, else `RERUN_STORE`, else the SQLite default under the
-//! current directory), and opening it without creating one by mistake.
+//! current directory), and opening it as it is: with `rerun_core::open_url_existing`, which
+//! creates, migrates and upgrades nothing (no table, file or schema made by mistake, no codec
+//! version raised above what the services read, no journal mode switched, no upgrade sweep), and
+//! refuses a store that is missing or of another schema version than this build's.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -33,7 +36,8 @@ impl Opened {
     }
 }
 
-/// Opens the store that `flag` (`--store`), `RERUN_STORE` or the default names.
+/// Opens the existing store that `flag` (`--store`), `RERUN_STORE` or the default names, as it
+/// is.
 pub fn open(flag: Option<&str>) -> Result<Opened, Failure> {
     let (url, source) = choose(flag)?;
     let secrets = secrets_of(&url);
@@ -41,7 +45,7 @@ pub fn open(flag: Option<&str>) -> Result<Opened, Failure> {
     let opened = check_scheme(&url, source)
         .and_then(|()| check_sqlite_exists(&url, source))
         .and_then(|()| {
-            rerun_core::open_url(&url)
+            rerun_core::open_url_existing(&url)
                 .map_err(|e| Failure::store(&format!("cannot open the store {shown}"), e))
         })
         .map_err(|f| f.scrub(&secrets))?;

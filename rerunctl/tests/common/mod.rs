@@ -319,7 +319,7 @@ impl Drop for Backend {
 }
 
 /// Runs `f` with a raw PostgreSQL client.
-fn pg<F, Fut>(base: &str, f: F) -> u64
+pub fn pg<F, Fut>(base: &str, f: F) -> u64
 where
     F: FnOnce(Arc<tokio_postgres::Client>) -> Fut,
     Fut: std::future::Future<Output = Result<u64, tokio_postgres::Error>>,
@@ -339,7 +339,7 @@ where
     })
 }
 
-fn redis_con(base: &str) -> redis::Connection {
+pub fn redis_con(base: &str) -> redis::Connection {
     redis::Client::open(base)
         .and_then(|c| c.get_connection())
         .expect("raw Redis")

@@ -96,6 +96,11 @@ struct Inner {
     async_pool: Pool<AsyncConn>,
     max_result_bytes: usize,
     op_timeout: Duration,
+    /// Opened with [`PostgresBuilder::existing_only`]: nothing is created or migrated.
+    existing_only: bool,
+    /// The table's codec version, when it is older than this build's and was left so (opened
+    /// with `existing_only`): results are not written then (see `check_codec`).
+    codec_behind: std::sync::OnceLock<i64>,
 }
 
 /// Options for a [`PostgresStore`], from [`PostgresStore::builder`].
@@ -120,9 +125,40 @@ pub struct PostgresBuilder {
     max_result_bytes: usize,
     op_timeout: Duration,
     migration_timeout: Duration,
+    existing_only: bool,
 }
 
 impl PostgresBuilder {
+    /// Open the table only if it exists and is of this build's schema, as it is (default
+    /// `false`): for tools that look at a store the services own, such as `rerunctl`.
+    ///
+    /// [`connect`](PostgresBuilder::connect) then creates nothing (no schema, table, sequence or
+    /// function), migrates nothing, replaces no claim function and raises no codec version: it
+    /// only reads the table's versions. It fails with [`Error::Config`] when the table (or its
+    /// `<table>_meta` or `<table>_fence` beside it) does not exist, when its schema version is
+    /// older than this build's (start a service of this release first, which migrates it, or
+    /// use the rerun of the release the services run), and, as without this option, when its
+    /// schema or codec version is newer.
+    ///
+    /// A table whose claim function an earlier build made is opened as it is. Inspections,
+    /// scans, `forget`, `purge_expired`, `release` and `mark_unknown` do not use that function
+    /// and work as with this build's; a claim (a takeover, as `rerunctl recover` makes) runs the
+    /// table's function, the one the services on it run, and fails with a store error if the
+    /// function is missing. A table whose codec version is older than this build's stays so:
+    /// results this build would write could not be read by the services on it, so `complete`
+    /// on such a store fails with [`Error::Config`] before writing.
+    ///
+    /// ```no_run
+    /// let store = rerun_core::PostgresStore::builder("postgres://ops@db.internal/app")
+    ///     .existing_only(true)
+    ///     .connect()?; // Error::Config if `rerun_records` is missing or of another schema
+    /// # Ok::<(), rerun_core::Error>(())
+    /// ```
+    pub fn existing_only(mut self, on: bool) -> Self {
+        self.existing_only = on;
+        self
+    }
+
     /// How long one store call may take, from taking a connection to the server's answer
     /// (default 5 s): then it fails with a retryable [`Error::Store`] and its connection is
     /// closed. Calls made for a claim take at most a third of its lease, if that is shorter.
@@ -185,7 +221,8 @@ impl PostgresBuilder {
         self
     }
 
-    /// Connects, creates the schema if missing, and checks its version.
+    /// Connects, creates the schema if missing, and checks its version (with
+    /// [`existing_only`](PostgresBuilder::existing_only), only checks it).
     ///
     /// Fails with [`Error::Config`] for a malformed URL or name, a URL that requires TLS
     /// (`sslmode=require`: the store connects without TLS), or a table written by a newer
@@ -255,6 +292,8 @@ impl PostgresBuilder {
                 async_pool: Pool::new(self.pool_size),
                 max_result_bytes: self.max_result_bytes,
                 op_timeout: self.op_timeout,
+                existing_only: self.existing_only,
+                codec_behind: std::sync::OnceLock::new(),
             }),
         };
         store.migrate(self.migration_timeout)?;
@@ -300,6 +339,7 @@ impl PostgresStore {
             max_result_bytes: MAX_RESULT_BYTES,
             op_timeout: DEFAULT_OP_TIMEOUT,
             migration_timeout: DEFAULT_MIGRATION_TIMEOUT,
+            existing_only: false,
         };
         for (name, value) in params {
             builder = match name.as_str() {
@@ -328,7 +368,8 @@ impl PostgresStore {
     }
 
     /// Creates the table or takes it to this build's schema when it needs it, then checks its
-    /// versions. Three steps on one connection: the checks and the final read under the
+    /// versions (opened `existing_only`, only checks them: see [`PostgresStore::check_existing`]).
+    /// Three steps on one connection: the checks and the final read under the
     /// operation timeout (at least 30 s), the work in between (which may rewrite every record,
     /// or wait for another instance doing so) under `migration_timeout`.
     fn migrate(&self, migration_timeout: Duration) -> Result<(), Error> {
@@ -361,7 +402,9 @@ impl PostgresStore {
                 return Err(e);
             }
         };
-        if !exists || !current || version == Some(1) {
+        if inner.existing_only {
+            self.check_existing(exists, version)?;
+        } else if !exists || !current || version == Some(1) {
             let work = conn.run_for(migration_timeout, |session| async move {
                 let client = &mut session.client;
                 // One transaction under an advisory lock, one for every rerun table of the
@@ -409,12 +452,16 @@ impl PostgresStore {
         }
         // Records this build writes need this build's codec to be read: say so in the table,
         // so that an older rerun refuses the table instead of misreading them.
+        // Not when opened `existing_only`: the services on the table may be of an older build.
         let codec = i64::from(crate::codec::CODEC_VERSION);
+        let raise = !inner.existing_only;
         let read = conn.run_for(limit, |session| async move {
             let client = &mut session.client;
-            client
-                .execute(&names.raise_codec_version(), &[&codec])
-                .await?;
+            if raise {
+                client
+                    .execute(&names.raise_codec_version(), &[&codec])
+                    .await?;
+            }
             let rows = client.query(&names.versions_query(), &[]).await?;
             rows.iter()
                 .map(|r| Ok((r.try_get::<_, String>(0)?, r.try_get::<_, i64>(1)?)))
@@ -453,7 +500,53 @@ impl PostgresStore {
                 }
             }
         }
+        if let Some(codec) = version("codec_version").filter(|&v| v < codec) {
+            // Left as it is (`existing_only`): say so at the first write of a result.
+            let _ = inner.codec_behind.set(codec);
+        }
         Ok(())
+    }
+
+    /// Refuses, for a store opened [`existing_only`](PostgresBuilder::existing_only), a table
+    /// that is missing (`exists`: the table, its meta table and its fence sequence) or of
+    /// another schema version than this build's (`version`).
+    fn check_existing(&self, exists: bool, version: Option<i64>) -> Result<(), Error> {
+        let inner = &*self.inner;
+        let names = &inner.names;
+        if !exists {
+            return Err(Error::config(format!(
+                "PostgreSQL at {}: there is no rerun table {} (with {} and {} beside it), and this store opens existing tables only: check the database, the schema and the table (`rerun_schema`, `rerun_table` in the URL); a service of rerun creates the table when it first starts",
+                inner.target.shown, names.display, names.meta, names.fence_seq
+            )));
+        }
+        match version {
+            Some(SCHEMA_VERSION) => Ok(()),
+            Some(found) if found < SCHEMA_VERSION => Err(Error::config(format!(
+                "the rerun table {} has schema version {found}, older than this build's {SCHEMA_VERSION}, and this store opens tables as they are, without migrating them: migrate it by starting a service of this release first, or use the rerunctl of the release your services run",
+                names.display
+            ))),
+            Some(found) => Err(Error::config(format!(
+                "the rerun table {} has schema version {found}, newer than this build's {SCHEMA_VERSION}; upgrade rerun to use it",
+                names.display
+            ))),
+            None => Err(Error::config(format!(
+                "the rerun table {} has no schema version in {}; it was not created by rerun",
+                names.display, names.meta
+            ))),
+        }
+    }
+
+    /// Refuses to write a result into a table whose codec version is older than this build's
+    /// (left so by [`PostgresBuilder::existing_only`]): the services on it could not read it.
+    fn check_codec(&self) -> Result<(), Error> {
+        match self.inner.codec_behind.get() {
+            None => Ok(()),
+            Some(found) => Err(Error::config(format!(
+                "the rerun table {} has codec version {found}, older than this build's {}, and this store was opened without raising it (existing_only): results it wrote could not be read by the services on the table; write results through a store opened normally",
+                self.inner.names.display,
+                crate::codec::CODEC_VERSION
+            ))),
+        }
     }
 
     fn check_key(key: &Key) -> Result<(), Error> {
@@ -664,6 +757,7 @@ impl std::fmt::Debug for PostgresBuilder {
             .field("max_result_bytes", &self.max_result_bytes)
             .field("op_timeout", &self.op_timeout)
             .field("migration_timeout", &self.migration_timeout)
+            .field("existing_only", &self.existing_only)
             .finish()
     }
 }
@@ -694,6 +788,7 @@ impl Store for PostgresStore {
     }
 
     fn complete(&self, claim: &Claim, result: &[u8], ttl: Duration) -> Result<(), Error> {
+        self.check_codec()?;
         self.check_result(claim, result)?;
         expect_reply!(self.run(Op::Complete(claim, result, ttl))?, Reply::Done => (), "complete")
     }
@@ -770,6 +865,7 @@ impl AsyncStore for PostgresStore {
         ttl: Duration,
     ) -> StoreFuture<'a, ()> {
         Box::pin(async move {
+            self.check_codec()?;
             self.check_result(claim, result)?;
             expect_reply!(
                 self.run_async(Op::Complete(claim, result, ttl)).await?,

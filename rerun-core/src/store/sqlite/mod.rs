@@ -83,6 +83,8 @@ struct Inner {
     pool: Pool,
     clock: Arc<dyn Clock>,
     busy_timeout: Duration,
+    /// Opened with [`SqliteOptions::existing_only`]: nothing is created, migrated or switched.
+    existing_only: bool,
 }
 
 /// The longest [`SqliteOptions::busy_timeout`]: what SQLite's busy handler can wait
@@ -106,6 +108,7 @@ pub struct SqliteOptions {
     max_connections: usize,
     max_idle: usize,
     allow_network_filesystem: bool,
+    existing_only: bool,
 }
 
 impl SqliteOptions {
@@ -118,6 +121,7 @@ impl SqliteOptions {
             max_connections: 32,
             max_idle: 8,
             allow_network_filesystem: false,
+            existing_only: false,
         }
     }
     /// Decide leases and expiry on this clock (tests use [`crate::clock::ManualClock`]).
@@ -148,6 +152,33 @@ impl SqliteOptions {
     /// using the file, so this is only safe when every such process runs on one machine.
     pub fn allow_network_filesystem(mut self, allow: bool) -> Self {
         self.allow_network_filesystem = allow;
+        self
+    }
+    /// Open the file only if it holds a rerun store of this build's schema, as it is (default
+    /// `false`): for tools that look at a store the services own, such as `rerunctl`.
+    ///
+    /// [`SqliteStore::open_with`] then creates no file or folder, creates or migrates no
+    /// schema, and leaves the journal mode alone (a store is switched to WAL, for good, by the
+    /// first process that opens it normally). It fails with [`Error::Config`] when the file does
+    /// not exist, holds no rerun store (another program's database), holds one of an older
+    /// schema (start a service of this release first, which migrates it, or use the rerun of
+    /// the release the services run) or a newer one, or is not in WAL mode (no rerun service
+    /// opened it, or another program switched it back). A file that is not a database at all is
+    /// a non-retryable [`Error::Store`], as without this option.
+    ///
+    /// ```
+    /// use rerun_core::store::sqlite::{SqliteOptions, SqliteStore};
+    /// let dir = tempfile::tempdir().unwrap();
+    /// let path = dir.path().join("rerun.sqlite3");
+    /// let existing = || SqliteStore::open_with(&path, SqliteOptions::new().existing_only(true));
+    /// assert!(matches!(existing(), Err(rerun_core::Error::Config { .. })));
+    /// assert!(!path.exists());
+    /// SqliteStore::open(&path)?; // a service creates it
+    /// existing()?;
+    /// # Ok::<(), rerun_core::Error>(())
+    /// ```
+    pub fn existing_only(mut self, on: bool) -> Self {
+        self.existing_only = on;
         self
     }
 }
@@ -290,12 +321,23 @@ impl SqliteStore {
     /// Fails with a non-retryable [`Error::Store`] naming the absolute path and the cause when
     /// the folder cannot be created or the file cannot be opened (permission denied, read-only
     /// filesystem, not a database), and with [`Error::Config`] for a file on a network
-    /// filesystem or of a newer schema.
+    /// filesystem or of a newer schema. With [`SqliteOptions::existing_only`] it creates and
+    /// changes nothing, and refuses what is not a rerun store of this build's schema.
     pub fn open_with(path: impl AsRef<Path>, options: SqliteOptions) -> Result<SqliteStore, Error> {
         let given = path.as_ref();
         let path = std::path::absolute(given)
             .map_err(|e| io_err(format!("resolving the path {}", given.display()), e))?;
-        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        if options.existing_only && !path.is_file() {
+            return Err(Error::config(format!(
+                "{} {}, and this store opens existing stores only: check the path; a service of rerun creates the store when it first starts",
+                path.display(),
+                if path.exists() { "is not a file" } else { "does not exist" }
+            )));
+        }
+        if let Some(parent) = path
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty() && !options.existing_only)
+        {
             std::fs::create_dir_all(parent)
                 .map_err(|e| io_err(format!("creating the folder {}", parent.display()), e))?;
         }
@@ -321,8 +363,13 @@ impl SqliteStore {
             pool,
             clock: options.clock,
             busy_timeout: options.busy_timeout,
+            existing_only: options.existing_only,
         });
-        inner.with(None, inner.busy_timeout, |conn| inner.migrate(conn))?;
+        if inner.existing_only {
+            inner.check_existing()?;
+        } else {
+            inner.with(None, inner.busy_timeout, |conn| inner.migrate(conn))?;
+        }
         Ok(SqliteStore { inner })
     }
 
@@ -352,12 +399,92 @@ fn real_path(path: &Path) -> PathBuf {
 }
 
 impl Inner {
+    /// Opens a connection to the file, which it creates unless the store is `existing_only`.
+    fn open_file(&self, what: &str) -> Result<Connection, Error> {
+        let opened = if self.existing_only {
+            use rusqlite::OpenFlags as F;
+            Connection::open_with_flags(
+                &self.path,
+                F::SQLITE_OPEN_READ_WRITE | F::SQLITE_OPEN_URI | F::SQLITE_OPEN_NO_MUTEX,
+            )
+        } else {
+            Connection::open(&self.path)
+        };
+        opened.map_err(|e| match e.sqlite_error_code() {
+            Some(rusqlite::ErrorCode::CannotOpen) => unwritable(&self.path, what, &e),
+            _ => sql_err(None, what, e),
+        })
+    }
+
+    /// The file's journal mode, read without changing it.
+    fn journal_mode(&self, conn: &Connection, what: &str) -> Result<String, Error> {
+        retry_busy(self.busy_timeout, || {
+            conn.pragma_query_value(None, "journal_mode", |row| row.get(0))
+        })
+        .map_err(|e| sql_err(None, what, e))
+    }
+
+    /// The error of a file an `existing_only` store finds in a journal mode other than WAL.
+    fn not_wal(&self, mode: &str) -> Error {
+        Error::config(format!(
+            "{} is in journal mode {mode:?}, not WAL, and this store leaves the file as it is: a rerun store is switched to WAL by the first service that opens it, so no service of rerun has (or another program switched it back); open it with a service of rerun first",
+            self.path.display()
+        ))
+    }
+
+    /// Checks, for an `existing_only` store, that the file holds a rerun store of this build's
+    /// schema in WAL mode, reading only.
+    fn check_existing(&self) -> Result<(), Error> {
+        let what = format!("reading the rerun schema of {}", self.path.display());
+        let conn = self.open_file(&what)?;
+        conn.busy_timeout(self.busy_timeout)
+            .map_err(|e| sql_err(None, &what, e))?;
+        let tables: i64 = retry_busy(self.busy_timeout, || {
+            conn.query_row(sql::RERUN_TABLES, [], |r| r.get(0))
+        })
+        .map_err(|e| sql_err(None, &what, e))?;
+        if tables != 2 {
+            return Err(Error::config(format!(
+                "{} holds no rerun store (no rerun_meta and rerun_records tables), and this store opens existing stores only: check the path",
+                self.path.display()
+            )));
+        }
+        let version: Option<i64> = retry_busy(self.busy_timeout, || {
+            conn.query_row(sql::SCHEMA_VERSION_READ, [], |r| r.get(0))
+                .optional()
+        })
+        .map_err(|e| sql_err(None, &what, e))?;
+        match version {
+            Some(SCHEMA_VERSION) => {}
+            Some(found) if found < SCHEMA_VERSION => {
+                return Err(Error::config(format!(
+                    "{} has rerun schema version {found}, older than this build's {SCHEMA_VERSION}, and this store opens stores as they are, without migrating them: migrate it by starting a service of this release first, or use the rerunctl of the release your services run",
+                    self.path.display()
+                )))
+            }
+            Some(found) => {
+                return Err(Error::config(format!(
+                    "{} has rerun schema version {found}, newer than this build's {SCHEMA_VERSION}; upgrade rerun",
+                    self.path.display()
+                )))
+            }
+            None => {
+                return Err(Error::config(format!(
+                    "{} has no rerun schema version in rerun_meta; it was not created by rerun",
+                    self.path.display()
+                )))
+            }
+        }
+        let mode = self.journal_mode(&conn, &what)?;
+        if !mode.eq_ignore_ascii_case("wal") {
+            return Err(self.not_wal(&mode));
+        }
+        Ok(())
+    }
+
     fn connect(&self) -> Result<Connection, Error> {
         let what = format!("opening {}", self.path.display());
-        let conn = Connection::open(&self.path).map_err(|e| match e.sqlite_error_code() {
-            Some(rusqlite::ErrorCode::CannotOpen) => unwritable(&self.path, &what, &e),
-            _ => sql_err(None, &what, e),
-        })?;
+        let conn = self.open_file(&what)?;
         // SQLite opens a file it could not open for writing read-only, without a word; every
         // write on the connection would then fail.
         if conn
@@ -372,6 +499,16 @@ impl Inner {
         }
         conn.busy_timeout(self.busy_timeout)
             .map_err(|e| sql_err(None, &what, e))?;
+        if self.existing_only {
+            // Left in the mode it is in, which `check_existing` found to be WAL.
+            let mode = self.journal_mode(&conn, &what)?;
+            if !mode.eq_ignore_ascii_case("wal") {
+                return Err(self.not_wal(&mode));
+            }
+            conn.pragma_update(None, "synchronous", "NORMAL")
+                .map_err(|e| sql_err(None, &what, e))?;
+            return Ok(conn);
+        }
         // WAL lets readers (every replay) run beside the one writer. The pragma answers the
         // mode it left the file in (read, so that rusqlite's `extra_check` does not refuse a
         // statement that returns a row); a file that stays in another mode is refused.

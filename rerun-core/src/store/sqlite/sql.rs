@@ -80,6 +80,10 @@ BEGIN
 END;
 ";
 
+/// How many of rerun's two tables the file has (2 in a rerun store), read without creating any.
+pub(super) const RERUN_TABLES: &str = "SELECT count(*) FROM sqlite_master \
+     WHERE type = 'table' AND name IN ('rerun_meta', 'rerun_records')";
+
 /// The schema version, read after the schema is ensured.
 pub(super) const SCHEMA_VERSION_READ: &str =
     "SELECT value FROM rerun_meta WHERE name = 'schema_version'";
