@@ -58,6 +58,14 @@ pub fn global() -> Result<&'static dyn DynStore, Error> {
     }
     let (store, source) = match std::env::var("RERUN_STORE") {
         Ok(url) if !url.trim().is_empty() => (open_url(url.trim())?, "RERUN_STORE"),
+        // Set, but not text: taking the default instead would have processes started with
+        // the same setting share nothing, each with a store under its own directory.
+        Err(std::env::VarError::NotUnicode(raw)) => {
+            return Err(Error::config(format!(
+                "RERUN_STORE is not valid UTF-8 ({}): give the store's URL in UTF-8 (a SQLite path too)",
+                raw.to_string_lossy().escape_debug()
+            )))
+        }
         _ => (default_store()?, "default"),
     };
     tracing::info!(store = %store.describe(), source, "rerun: store chosen");

@@ -103,7 +103,7 @@ fn fork_while_choosing() -> Result<String, Error> {
     Ok(format!("child {status:?}"))
 }
 
-fn run_case(case: &str, store: Option<&str>) -> String {
+fn run_case(case: &str, store: Option<&std::ffi::OsStr>) -> String {
     let dir = tempfile::tempdir().unwrap();
     let mut cmd = Command::new(std::env::current_exe().unwrap());
     cmd.args([
@@ -146,21 +146,29 @@ fn global_store_is_chosen_once() {
             && default.ends_with("/.rerun/rerun.sqlite3 1 1 | logged 1"),
         "{default}"
     );
-    let memory = run_case("env", Some("memory:"));
+    let memory = run_case("env", Some("memory:".as_ref()));
     assert_eq!(memory, "ok memory: 1 1 | logged 1");
-    let sqlite = run_case("env", Some("sqlite:state/r.db"));
+    let sqlite = run_case("env", Some("sqlite:state/r.db".as_ref()));
     // A relative path is resolved against the working directory once, when the store opens.
     assert!(
         sqlite.starts_with("ok sqlite:/") && sqlite.ends_with("/state/r.db 1 1 | logged 1"),
         "{sqlite}"
     );
-    let bad = run_case("env", Some("mongodb://user:hunter2@db/x"));
+    let bad = run_case("env", Some("mongodb://user:hunter2@db/x".as_ref()));
     assert!(bad.starts_with("err config"), "{bad}");
     assert!(
         bad.contains("mongodb://user:***@db/x") && bad.contains("expected"),
         "{bad}"
     );
     assert!(!bad.contains("hunter2"), "the password leaked: {bad}");
+    // A setting that is not UTF-8 (a Latin-1 path) is refused, not taken for no setting: each
+    // process would then have a default store of its own, under its own directory.
+    let latin1 = std::os::unix::ffi::OsStrExt::from_bytes(b"sqlite:d\xe5ta/r.db");
+    let not_text = run_case("env", Some(latin1));
+    assert!(
+        not_text.starts_with("err config") && not_text.contains("UTF-8"),
+        "{not_text}"
+    );
     let twice = run_case("init-twice", None);
     assert!(twice.starts_with("ok second init refused"), "{twice}");
     assert!(twice.ends_with("logged 1"), "{twice}");
