@@ -357,7 +357,9 @@ async fn record<B: Backend, T: Serialize + DeserializeOwned>(
         }
         // The lease could not be kept up (the store hung, or the claim was taken over) and
         // the completion did not go through: the claim is lost as far as this attempt knows.
-        Err(e) if lease.lost() && !matches!(e, Error::LeaseLost { .. }) => {
+        // Not a result the store refused before sending it (`Codec`, too large): that refusal
+        // holds whatever became of the lease, and called lost it would be retried in vain.
+        Err(e) if lease.lost() && !matches!(e, Error::LeaseLost { .. } | Error::Codec { .. }) => {
             tracing::warn!(key = %telemetry::key_field(&held.claim.key), fence = held.claim.fence, error = %telemetry::error_field(&e), "rerun: the result could not be recorded after the lease lapsed");
             Err(Error::LeaseLost {
                 key: held.claim.key.clone(),
