@@ -63,7 +63,7 @@ pub fn global() -> Result<&'static dyn DynStore, Error> {
         Err(std::env::VarError::NotUnicode(raw)) => {
             return Err(Error::config(format!(
                 "RERUN_STORE is not valid UTF-8 ({}): give the store's URL in UTF-8 (a SQLite path too)",
-                raw.to_string_lossy().escape_debug()
+                redact(&raw.to_string_lossy()).escape_debug()
             )))
         }
         _ => (default_store()?, "default"),
