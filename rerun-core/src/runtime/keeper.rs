@@ -546,12 +546,7 @@ impl Keeper {
                     });
                 }
             }
-            for (id, lane, store, claim, lease) in due {
-                self.spawn_task(
-                    lane,
-                    Box::new(move || self.renew(id, &*store, &claim, lease)),
-                );
-            }
+            // Before the renewals are handed out, so that what a renewal reports comes after.
             for (claim, lease) in lapsed {
                 quietly(|| {
                     tracing::warn!(
@@ -561,6 +556,12 @@ impl Keeper {
                         "rerun: a lease ran out before it could be renewed; another caller may take the key over, and this attempt's result will then not be recorded"
                     )
                 });
+            }
+            for (id, lane, store, claim, lease) in due {
+                self.spawn_task(
+                    lane,
+                    Box::new(move || self.renew(id, &*store, &claim, lease)),
+                );
             }
             return;
         }
@@ -670,15 +671,34 @@ fn renewal_outcome(result: &Result<(), Error>) -> &'static str {
     }
 }
 
+/// The pauses before a give-back that failed is tried again, while the store says a retry may
+/// help: a restart or a lock held a moment outlasts one attempt, and a `once` claim left to its
+/// lease ends as an unknown outcome.
+const GIVE_BACK_RETRIES: [Duration; 3] = [
+    Duration::from_millis(50),
+    Duration::from_millis(250),
+    Duration::from_secs(1),
+];
+
 fn run_job(job: Job) {
-    let (result, key) = match &job {
-        Job::Release(store, claim) => (store.release(claim), &claim.key),
-        Job::MarkUnknown(store, claim) => (store.mark_unknown(claim), &claim.key),
+    let (give_back, key): (&dyn Fn() -> Result<(), Error>, &crate::Key) = match &job {
+        Job::Release(store, claim) => (&|| store.release(claim), &claim.key),
+        Job::MarkUnknown(store, claim) => (&|| store.mark_unknown(claim), &claim.key),
     };
+    let mut result = give_back();
+    for pause in GIVE_BACK_RETRIES {
+        match &result {
+            Err(e) if e.is_retryable() && !matches!(e, Error::LeaseLost { .. }) => {
+                std::thread::sleep(pause);
+                result = give_back();
+            }
+            _ => break,
+        }
+    }
     match result {
         Ok(()) | Err(Error::LeaseLost { .. }) => {}
         Err(e) => {
-            tracing::warn!(key = %telemetry::key_field(key), error = %telemetry::error_field(&e), "rerun: could not give back the claim of a dropped call; its lease will end it")
+            tracing::warn!(key = %telemetry::key_field(key), error = %telemetry::error_field(&e), "rerun: could not give back a claim; its lease will end it")
         }
     }
 }

@@ -566,13 +566,10 @@ where
             lease = ?lease,
             "rerun: the store granted the claim only after its lease could have ended; the body did not run and the claim was given back"
         );
-        held.settle();
-        let given = match unknown {
-            true => backend.mark_unknown(&held.claim).await,
-            false => backend.release(&held.claim).await,
-        };
-        if let Err(e) = given {
-            tracing::warn!(key = %telemetry::key_field(&held.claim.key), error = %telemetry::error_field(&e), "rerun: could not give back the claim; its lease will end it");
+        if unknown {
+            give_back_unknown(backend, &mut held).await;
+        } else {
+            release_unrun(backend, &mut held).await;
         }
         let e = Error::store_msg(
             Some(key),
@@ -648,28 +645,35 @@ where
             Ok(out?)
         }
         Err(e) => {
-            // The body's effect did not happen: the claim is released, a `once` claim too. Left
-            // to its lease instead, a `once` claim would end as an unknown outcome, refused
-            // until an operator forgets it; so a call dropped while the release is on its way
-            // hands it on, and a release that fails is tried again in the background.
-            held.release_on_drop();
-            let released = telemetry::store_op(kind, "release", backend.release(&held.claim)).await;
-            held.disarm();
-            match released {
-                Ok(()) => {
-                    checkpoint::hit(Point::Released);
-                    tracing::info!("rerun: the body failed; the claim was given back, and the next call runs afresh");
-                }
-                // Taken over meanwhile (its lease lapsed): nothing of this attempt's to give back.
-                Err(Error::LeaseLost { .. }) => {}
-                Err(err) => {
-                    tracing::warn!(key = %telemetry::key_field(key), error = %telemetry::error_field(&err), "rerun: could not release the claim after the body failed; trying again in the background");
-                    held.keeper
-                        .submit(Job::Release(held.store.clone(), held.claim.clone()));
-                }
+            if release_unrun(backend, &mut held).await {
+                checkpoint::hit(Point::Released);
+                tracing::info!("rerun: the body failed; the claim was given back, and the next call runs afresh");
             }
             report.verdict = Verdict::Failed;
             Err(e)
+        }
+    }
+}
+
+/// Releases a claim whose body's effect did not happen (the body failed, or never began), a
+/// `once` claim too: left to its lease instead, a `once` claim would end as an unknown outcome,
+/// refused until an operator forgets it. Until the release is answered the claim stays armed
+/// for release, so a call dropped meanwhile hands it to the keeper; a release that fails is
+/// handed to the keeper too, which tries again. Whether it was released here.
+async fn release_unrun<B: Backend>(backend: &B, held: &mut Held) -> bool {
+    held.release_on_drop();
+    let released =
+        telemetry::store_op(backend.kind(), "release", backend.release(&held.claim)).await;
+    held.disarm();
+    match released {
+        Ok(()) => true,
+        // Taken over meanwhile (its lease lapsed): nothing of this attempt's to give back.
+        Err(Error::LeaseLost { .. }) => false,
+        Err(e) => {
+            tracing::warn!(key = %telemetry::key_field(&held.claim.key), error = %telemetry::error_field(&e), "rerun: could not release a claim whose body had no effect; trying again in the background");
+            held.keeper
+                .submit(Job::Release(held.store.clone(), held.claim.clone()));
+            false
         }
     }
 }
