@@ -277,25 +277,29 @@ fn restore_durability(conn: &Connection, key: &Key) {
 /// and of a process out of file descriptors or memory; the OS tells them apart. A shortage a
 /// later call may outlast is retryable, a file that stays closed to writing is not (as
 /// [`io_err`] judges).
+///
+/// Asked with `access(2)`, which opens nothing: closing a descriptor of the database file would
+/// drop every POSIX lock this process's connections hold on it. A file that may be read and
+/// written (or, missing, a folder that may be written) was not opened for a shortage: retryable.
 fn unwritable(path: &Path, what: &str, cause: &dyn std::fmt::Display) -> Error {
     use nix::errno::Errno;
-    match std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(path)
-    {
-        Ok(_) => Error::store_msg(
+    use nix::unistd::{access, AccessFlags};
+    let checked = match access(path, AccessFlags::R_OK | AccessFlags::W_OK) {
+        Err(Errno::ENOENT) => match path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            Some(folder) => access(folder, AccessFlags::W_OK | AccessFlags::X_OK),
+            None => Err(Errno::ENOENT),
+        },
+        other => other,
+    };
+    match checked {
+        Ok(()) => Error::store_msg(
             None,
-            format!("{what}: {cause} (it opens for writing now: a passing shortage)"),
+            format!("{what}: {cause} (it may be opened for writing: out of file descriptors or memory, a passing shortage)"),
         ),
-        Err(e)
-            if e.raw_os_error().is_some_and(|n| {
-                [Errno::EMFILE, Errno::ENFILE, Errno::ENOMEM].contains(&Errno::from_raw(n))
-            }) =>
-        {
-            Error::store(None, format!("{what}: {cause}"), e)
+        Err(e @ (Errno::EMFILE | Errno::ENFILE | Errno::ENOMEM)) => {
+            Error::store(None, format!("{what}: {cause}"), std::io::Error::from(e))
         }
-        Err(e) => io_err(format!("{what}: {cause}"), e),
+        Err(e) => io_err(format!("{what}: {cause}"), std::io::Error::from(e)),
     }
 }
 
