@@ -304,7 +304,10 @@ fn postgres_results_are_not_written_below_this_builds_codec() {
     let key = Key::new("billing.charge", "ord_2");
     let (fp, holder) = (Fingerprint::EMPTY, Holder::current());
     let c = claimed(store.claim(&request(&key, &fp, &holder, LONG)));
-    let msg = config_message(store.complete(&c, b"r", LONG));
+    let msg = match store.complete(&c, b"r", LONG) {
+        Err(Error::Codec { message, .. }) => message,
+        other => panic!("expected a refusal before sending (Error::Codec), got {other:?}"),
+    };
     assert!(msg.contains("codec version"), "{msg}");
     store.release(&c).unwrap();
 }

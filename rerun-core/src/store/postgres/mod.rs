@@ -146,7 +146,7 @@ impl PostgresBuilder {
     /// table's function, the one the services on it run, and fails with a store error if the
     /// function is missing. A table whose codec version is older than this build's stays so:
     /// results this build would write could not be read by the services on it, so `complete`
-    /// on such a store fails with [`Error::Config`] before writing.
+    /// on such a store fails with [`Error::Codec`] before sending anything.
     ///
     /// ```no_run
     /// let store = rerun_core::PostgresStore::builder("postgres://ops@db.internal/app")
@@ -538,14 +538,19 @@ impl PostgresStore {
 
     /// Refuses to write a result into a table whose codec version is older than this build's
     /// (left so by [`PostgresBuilder::existing_only`]): the services on it could not read it.
-    fn check_codec(&self) -> Result<(), Error> {
+    /// `Codec`, as for a result too large: refused before anything was sent.
+    fn check_codec(&self, claim: &Claim) -> Result<(), Error> {
         match self.inner.codec_behind.get() {
             None => Ok(()),
-            Some(found) => Err(Error::config(format!(
-                "the rerun table {} has codec version {found}, older than this build's {}, and this store was opened without raising it (existing_only): results it wrote could not be read by the services on the table; write results through a store opened normally",
-                self.inner.names.display,
-                crate::codec::CODEC_VERSION
-            ))),
+            Some(found) => Err(Error::Codec {
+                key: claim.key.clone(),
+                what: "the result",
+                message: format!(
+                    "the rerun table {} has codec version {found}, older than this build's {}, and this store was opened without raising it (existing_only): results it wrote could not be read by the services on the table; write results through a store opened normally",
+                    self.inner.names.display,
+                    crate::codec::CODEC_VERSION
+                ),
+            }),
         }
     }
 
@@ -788,7 +793,7 @@ impl Store for PostgresStore {
     }
 
     fn complete(&self, claim: &Claim, result: &[u8], ttl: Duration) -> Result<(), Error> {
-        self.check_codec()?;
+        self.check_codec(claim)?;
         self.check_result(claim, result)?;
         expect_reply!(self.run(Op::Complete(claim, result, ttl))?, Reply::Done => (), "complete")
     }
@@ -865,7 +870,7 @@ impl AsyncStore for PostgresStore {
         ttl: Duration,
     ) -> StoreFuture<'a, ()> {
         Box::pin(async move {
-            self.check_codec()?;
+            self.check_codec(claim)?;
             self.check_result(claim, result)?;
             expect_reply!(
                 self.run_async(Op::Complete(claim, result, ttl)).await?,
