@@ -14,8 +14,9 @@
 //! ```
 //!
 //! Every program works in a fresh temporary directory, so each run prints the same story. The
-//! last four need the package's features of the same names, which bring in what they use (an
-//! HTTP server and client, PostgreSQL, the brokers' clients): the first five build without them.
+//! last four need the package's features `metrics`, `http` and `orders` (both order-events
+//! consumers), which bring in what they use (an HTTP server and client, PostgreSQL, the brokers'
+//! clients): the first five build without them.
 
 use std::fmt;
 

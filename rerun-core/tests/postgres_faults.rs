@@ -218,7 +218,7 @@ fn a_statement_timeout_keeps_its_connection() {
     };
     let with_timeout = with_param(
         &with_param(&url, &format!("application_name={app}")),
-        "options=-c%20statement_timeout%3D300",
+        "options=-c%20statement_timeout%3D1000",
     );
     let store = PostgresStore::builder(&with_timeout)
         .table(&table)

@@ -30,7 +30,7 @@
 //! | code | meaning |
 //! |---|---|
 //! | 0 | success (an `ls` that matches nothing is a success with an empty list) |
-//! | 1 | the record was not found, a safety check refused (a live claim without `--force`, no `--yes` and no terminal to ask on, a "no" at the prompt), or a record is corrupt or written by a newer rerun (`ls` lists the others first) |
+//! | 1 | the record was not found, a safety check refused (a live claim without `--force`, no `--yes` and no terminal to ask on, a "no" at the prompt), or a record is corrupt or written by a newer rerun (`ls` lists the others first; `recover` leaves them and prints its summary first) |
 //! | 2 | bad usage (unknown flags, a key that does not parse, a store that does not exist) or a store error (unreachable server, refused credentials) |
 //!
 //! Errors go to stderr and say what to do; with `--json`, stdout also gets one document
