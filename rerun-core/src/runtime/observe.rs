@@ -47,13 +47,15 @@ thread_local! {
     static FRAMES: RefCell<Vec<Option<Observed>>> = const { RefCell::new(Vec::new()) };
 }
 
-/// Notes what a call did, for the innermost [`observe`] in progress on this thread, if any.
+/// Notes what a call did (`None`: it failed), for the innermost [`observe`] in progress on this
+/// thread, if any. A call that failed notes it too: what a call made inside it did is not what
+/// it did.
 #[inline]
-pub(crate) fn note(observed: Observed) {
+pub(crate) fn note(observed: Option<Observed>) {
     let _ = FRAMES.try_with(|frames| {
         if let Ok(mut frames) = frames.try_borrow_mut() {
             if let Some(top) = frames.last_mut() {
-                *top = Some(observed);
+                *top = observed;
             }
         }
     });

@@ -450,12 +450,14 @@ where
             unknown: report.verdict == Verdict::Unknown,
         },
     });
-    if let Ok(o) = &out {
-        crate::runtime::observe::note(crate::runtime::observe::Observed {
-            replayed: o.replayed,
-            fence: o.fence,
-        });
-    }
+    crate::runtime::observe::note(
+        out.as_ref()
+            .ok()
+            .map(|o| crate::runtime::observe::Observed {
+                replayed: o.replayed,
+                fence: o.fence,
+            }),
+    );
     out
 }
 
