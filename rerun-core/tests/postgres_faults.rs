@@ -360,3 +360,68 @@ fn sigstopped_holder_past_its_lease_gets_lease_lost_and_the_successor_stays() {
     let recorded: String = codec::decode(view.result.as_deref().unwrap()).unwrap();
     assert_eq!(recorded, "successor");
 }
+
+/// Terminates every backend of `application_name` and waits until the server has ended them:
+/// a pooled connection is then a dead socket its owner has not noticed.
+fn terminate_all(url: &str, application_name: &str) {
+    let sql = format!(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = '{application_name}'"
+    );
+    postgres_common::psql(url, &sql).expect("terminating the store's backends");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let rows = postgres_common::psql(
+            url,
+            &format!(
+                "SELECT pid FROM pg_stat_activity WHERE application_name = '{application_name}'"
+            ),
+        )
+        .unwrap_or_default();
+        if rows.is_empty() {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the backends of {application_name} did not end"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn a_connection_killed_while_the_body_ran_still_records_the_result() {
+    let Some(url) = url() else { return };
+    let app = format!("rerun_bodykill_{}", std::process::id());
+    let table = postgres_common::unique_table("bodykill");
+    let _t = Table {
+        url: url.clone(),
+        name: table.clone(),
+    };
+    let store = PostgresStore::builder(&with_param(&url, &format!("application_name={app}")))
+        .table(&table)
+        .connect()
+        .unwrap();
+    for once in [false, true] {
+        let key = Key::new("fault", if once { "once" } else { "replayable" });
+        let call = Call::with_key(key.clone()).lease(LONG);
+        let call = if once { call.once() } else { call };
+        let mut ran = 0;
+        // The body outlives the store's connections (a server restart, a failover, a proxy
+        // that closed them): the completion meets a dead socket first.
+        let out = call.run(&store, || {
+            ran += 1;
+            terminate_all(&url, &app);
+            Ok::<_, Error>(42u32)
+        });
+        assert!(
+            matches!(&out, Ok(o) if o.value == 42 && !o.replayed),
+            "once = {once}: {out:?}"
+        );
+        let record = store.inspect(&key).unwrap().expect("a record");
+        assert_eq!(record.status, Status::Completed, "once = {once}");
+        let again = Call::with_key(key.clone())
+            .run(&store, || Ok::<_, Error>(0u32))
+            .unwrap();
+        assert_eq!((again.value, again.replayed, ran), (42, true, 1));
+    }
+}

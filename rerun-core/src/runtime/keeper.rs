@@ -95,6 +95,15 @@ impl LeaseState {
     pub(crate) fn lost(&self) -> bool {
         self.gone || self.safe_until.is_some_and(|until| until <= Instant::now())
     }
+
+    /// Whether the lease still holds `pause` from now: a completion tried again after that
+    /// pause would still be in time.
+    pub(crate) fn holds_for(&self, pause: Duration) -> bool {
+        !self.gone
+            && self
+                .safe_until
+                .is_none_or(|until| crate::clock::later(Instant::now(), pause) < until)
+    }
 }
 
 /// Work a dropped future hands over: it cannot wait on the store itself.
@@ -671,10 +680,10 @@ fn renewal_outcome(result: &Result<(), Error>) -> &'static str {
     }
 }
 
-/// The pauses before a give-back that failed is tried again, while the store says a retry may
-/// help: a restart or a lock held a moment outlasts one attempt, and a `once` claim left to its
-/// lease ends as an unknown outcome.
-const GIVE_BACK_RETRIES: [Duration; 3] = [
+/// The pauses before a give-back or a completion that failed is tried again, while the store
+/// says a retry may help: a restart or a lock held a moment outlasts one attempt, and a `once`
+/// claim left to its lease ends as an unknown outcome.
+pub(crate) const RETRY_PAUSES: [Duration; 3] = [
     Duration::from_millis(50),
     Duration::from_millis(250),
     Duration::from_secs(1),
@@ -686,7 +695,7 @@ fn run_job(job: Job) {
         Job::MarkUnknown(store, claim) => (&|| store.mark_unknown(claim), &claim.key),
     };
     let mut result = give_back();
-    for pause in GIVE_BACK_RETRIES {
+    for pause in RETRY_PAUSES {
         match &result {
             Err(e) if e.is_retryable() && !matches!(e, Error::LeaseLost { .. }) => {
                 std::thread::sleep(pause);

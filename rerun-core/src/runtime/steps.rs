@@ -17,9 +17,9 @@ use crate::error::{AfterBody, Error};
 use crate::fingerprint::Fingerprint;
 use crate::holder::{Holder, Liveness};
 use crate::key::Key;
-use crate::record::{Claim, ClaimRequest, ClaimResponse, Fence};
+use crate::record::{Claim, ClaimRequest, ClaimResponse, Fence, RecordView, Status};
 use crate::runtime::in_span::InSpan;
-use crate::runtime::keeper::{keeper, sleep, Job, Keeper, LeaseState};
+use crate::runtime::keeper::{keeper, sleep, Job, Keeper, LeaseState, RETRY_PAUSES};
 use crate::runtime::telemetry::{self, Report, Verdict};
 use crate::runtime::{Options, Outcome, Reconciled};
 use crate::store::{AsyncStore, Store};
@@ -47,6 +47,10 @@ pub(crate) trait Backend {
         &'a self,
         claim: &'a Claim,
     ) -> impl Future<Output = Result<(), Error>> + Send + 'a;
+    fn inspect<'a>(
+        &'a self,
+        key: &'a Key,
+    ) -> impl Future<Output = Result<Option<RecordView>, Error>> + Send + 'a;
     fn sleep(&self, d: Duration) -> impl Future<Output = ()> + Send;
     fn shared(&self) -> Arc<dyn Store>;
     /// The store's kind, for spans and metrics.
@@ -83,6 +87,12 @@ impl<S: Store + ?Sized> Backend for SyncBackend<'_, S> {
         claim: &'a Claim,
     ) -> impl Future<Output = Result<(), Error>> + Send + 'a {
         std::future::ready(self.0.mark_unknown(claim))
+    }
+    fn inspect<'a>(
+        &'a self,
+        key: &'a Key,
+    ) -> impl Future<Output = Result<Option<RecordView>, Error>> + Send + 'a {
+        std::future::ready(self.0.inspect(key))
     }
     fn sleep(&self, d: Duration) -> impl Future<Output = ()> + Send {
         std::thread::sleep(d);
@@ -123,6 +133,12 @@ impl<S: AsyncStore + ?Sized> Backend for AsyncBackend<'_, S> {
         claim: &'a Claim,
     ) -> impl Future<Output = Result<(), Error>> + Send + 'a {
         self.0.mark_unknown_async(claim)
+    }
+    fn inspect<'a>(
+        &'a self,
+        key: &'a Key,
+    ) -> impl Future<Output = Result<Option<RecordView>, Error>> + Send + 'a {
+        self.0.inspect_async(key)
     }
     fn sleep(&self, d: Duration) -> impl Future<Output = ()> + Send {
         sleep(d)
@@ -340,12 +356,7 @@ async fn record<B: Backend, T: Serialize + DeserializeOwned>(
         }
     };
     let lease = held.settle();
-    let completed = telemetry::store_op(
-        backend.kind(),
-        "complete",
-        backend.complete(&held.claim, &bytes, ttl),
-    )
-    .await;
+    let completed = complete(backend, &held.claim, &bytes, ttl, &lease).await;
     match completed {
         Ok(()) => {
             checkpoint::hit(Point::Recorded);
@@ -388,6 +399,63 @@ async fn record<B: Backend, T: Serialize + DeserializeOwned>(
             }))
         }
     }
+}
+
+/// A failed completion is tried again only when it failed within this: an answer (a closed
+/// connection, a server restarting), not a store that let the time limit run out, which
+/// would likely hold up the next attempt as long.
+const QUICK_FAILURE: Duration = Duration::from_millis(500);
+
+/// Sends the completion, and again after [`RETRY_PAUSES`] while it fails quickly with an error
+/// the store calls passing and the lease still holds: a connection that died while the body
+/// ran (a server restart, a failover, an idle connection closed by a proxy) would otherwise
+/// cost a result that was about to be recorded, and leave a `once` key unknown.
+///
+/// A completion is fenced, so another attempt can record nothing but this claim's result. An
+/// attempt whose answer was lost may have landed, and then the next one is refused as
+/// `LeaseLost`: the record says which, completed with this claim's fence or not.
+async fn complete<B: Backend>(
+    backend: &B,
+    claim: &Claim,
+    result: &[u8],
+    ttl: Duration,
+    lease: &LeaseState,
+) -> Result<(), Error> {
+    let attempt = || {
+        telemetry::store_op(
+            backend.kind(),
+            "complete",
+            backend.complete(claim, result, ttl),
+        )
+    };
+    let mut sent = Instant::now();
+    let mut outcome = attempt().await;
+    let mut tried_again = false;
+    for pause in RETRY_PAUSES {
+        match &outcome {
+            Err(e)
+                if e.is_retryable()
+                    && !matches!(e, Error::LeaseLost { .. })
+                    && sent.elapsed() < QUICK_FAILURE
+                    && lease.holds_for(pause) =>
+            {
+                tracing::debug!(key = %telemetry::key_field(&claim.key), error = %telemetry::error_field(e), "rerun: recording the result failed; trying again");
+                backend.sleep(pause).await;
+                tried_again = true;
+                sent = Instant::now();
+                outcome = attempt().await;
+            }
+            _ => break,
+        }
+    }
+    if tried_again && matches!(outcome, Err(Error::LeaseLost { .. })) {
+        if let Ok(Some(record)) = backend.inspect(&claim.key).await {
+            if record.status == Status::Completed && record.fence == claim.fence {
+                return Ok(());
+            }
+        }
+    }
+    outcome
 }
 
 /// Runs one call: claim-or-fetch, then the body (or the reconcile function), then record; and

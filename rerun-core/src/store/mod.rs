@@ -277,6 +277,12 @@ pub trait AsyncStore: Store {
     fn release_async<'a>(&'a self, claim: &'a Claim) -> StoreFuture<'a, ()>;
     /// Async [`Store::mark_unknown`].
     fn mark_unknown_async<'a>(&'a self, claim: &'a Claim) -> StoreFuture<'a, ()>;
+    /// Async [`Store::inspect`]. The default calls [`Store::inspect`] in place, which suits a
+    /// store that never waits on I/O for long; the network stores rerun ships await their
+    /// own clients.
+    fn inspect_async<'a>(&'a self, key: &'a Key) -> StoreFuture<'a, Option<RecordView>> {
+        Box::pin(std::future::ready(self.inspect(key)))
+    }
 }
 
 /// A store usable by both sync and async functions, as the global store is.
@@ -428,6 +434,7 @@ macro_rules! forward_store {
             fn complete_async<'a>(&'a self, claim: &'a Claim, result: &'a [u8], ttl: Duration) -> StoreFuture<'a, ()> { (**self).complete_async(claim, result, ttl) }
             fn release_async<'a>(&'a self, claim: &'a Claim) -> StoreFuture<'a, ()> { (**self).release_async(claim) }
             fn mark_unknown_async<'a>(&'a self, claim: &'a Claim) -> StoreFuture<'a, ()> { (**self).mark_unknown_async(claim) }
+            fn inspect_async<'a>(&'a self, key: &'a Key) -> StoreFuture<'a, Option<RecordView>> { (**self).inspect_async(key) }
         }
     )*};
 }

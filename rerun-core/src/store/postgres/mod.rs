@@ -895,6 +895,12 @@ impl AsyncStore for PostgresStore {
             )
         })
     }
+
+    fn inspect_async<'a>(&'a self, key: &'a Key) -> StoreFuture<'a, Option<RecordView>> {
+        Box::pin(async move {
+            expect_reply!(self.run_async(Op::Inspect(key)).await?, Reply::Record(r) => r, "inspect")
+        })
+    }
 }
 
 #[cfg(test)]

@@ -1100,6 +1100,23 @@ impl AsyncStore for RedisStore {
             self.fenced_answer(claim, reply)
         })
     }
+
+    fn inspect_async<'a>(&'a self, key: &'a Key) -> StoreFuture<'a, Option<RecordView>> {
+        Box::pin(async move {
+            let record = self.record_key(key);
+            let reply = self
+                .async_script(
+                    key,
+                    "reading the record",
+                    self.inner.response_timeout,
+                    Transition::Inspect,
+                    &record,
+                    &[],
+                )
+                .await?;
+            parse_view(key, &record, &reply)
+        })
+    }
 }
 
 #[cfg(test)]

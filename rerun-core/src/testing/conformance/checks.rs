@@ -18,10 +18,10 @@ use crate::holder::Holder;
 use crate::key::Key;
 use crate::record::{Claim, ClaimRequest, ClaimResponse, RecordView, Status};
 use crate::runtime::{Call, Reconciled};
-use crate::store::{ScanFilter, Store};
+use crate::store::{AsyncStore, ScanFilter, Store};
 
 pub(super) fn run_all<F: Factory>(factory: &F, settings: &Settings, report: &mut Report) {
-    let checks: [(&'static str, Check<F>); 27] = [
+    let checks: [(&'static str, Check<F>); 28] = [
         ("replay", replay),
         ("thread_storm", thread_storm),
         ("thread_storm_wait", thread_storm_wait),
@@ -44,6 +44,7 @@ pub(super) fn run_all<F: Factory>(factory: &F, settings: &Settings, report: &mut
         ("panicking_renew", super::faults::panicking_renew),
         ("late_claim", super::faults::late_claim),
         ("failed_release", super::faults::failed_release),
+        ("failed_completion", super::faults::failed_completion),
         ("hung_store", super::faults::hung_store),
         ("hung_store_async", super::faults::hung_store_async),
         ("key_domain", super::faults::key_domain),
@@ -1285,5 +1286,23 @@ fn async_calls<F: Factory>(factory: &F, _: &Settings) -> Result<Tally, Error> {
         t.bodies == 1,
         format!("the async body ran {} times", t.bodies),
     );
+    // The async half reads a record as the sync half does.
+    for id in ["async", "dropped", "absent"] {
+        let key = Key::new(scope.clone(), id);
+        let sync = store.inspect(&key)?;
+        let read = rt.block_on(store.inspect_async(&key))?;
+        let same = match (&sync, &read) {
+            (Some(a), Some(b)) => {
+                (&a.key, a.status, a.fence, &a.fingerprint, &a.result)
+                    == (&b.key, b.status, b.fence, &b.fingerprint, &b.result)
+            }
+            (None, None) => true,
+            _ => false,
+        };
+        t.expect(
+            same,
+            format!("{id}: inspect_async read {read:?}, inspect {sync:?}"),
+        );
+    }
     Ok(t)
 }

@@ -10,12 +10,9 @@ use crate::key::Key;
 use crate::record::{Claim, ClaimRequest, ClaimResponse, RecordView};
 use crate::store::{ScanPage, Store};
 
-/// Forwards every method except `claim`, `renew` and `release` to `$inner`.
+/// Forwards every method except `claim`, `renew`, `release` and `complete` to `$inner`.
 macro_rules! forward_the_rest {
     ($inner:ident) => {
-        fn complete(&self, claim: &Claim, result: &[u8], ttl: Duration) -> Result<(), Error> {
-            self.$inner.complete(claim, result, ttl)
-        }
         fn mark_unknown(&self, claim: &Claim) -> Result<(), Error> {
             self.$inner.mark_unknown(claim)
         }
@@ -69,6 +66,9 @@ impl Stalling {
 
 impl Store for Stalling {
     forward_the_rest!(inner);
+    fn complete(&self, claim: &Claim, result: &[u8], ttl: Duration) -> Result<(), Error> {
+        self.inner.complete(claim, result, ttl)
+    }
     fn release(&self, claim: &Claim) -> Result<(), Error> {
         self.inner.release(claim)
     }
@@ -112,6 +112,9 @@ impl PanicsOnce {
 
 impl Store for PanicsOnce {
     forward_the_rest!(inner);
+    fn complete(&self, claim: &Claim, result: &[u8], ttl: Duration) -> Result<(), Error> {
+        self.inner.complete(claim, result, ttl)
+    }
     fn release(&self, claim: &Claim) -> Result<(), Error> {
         self.inner.release(claim)
     }
@@ -145,6 +148,9 @@ impl LateClaims {
 
 impl Store for LateClaims {
     forward_the_rest!(inner);
+    fn complete(&self, claim: &Claim, result: &[u8], ttl: Duration) -> Result<(), Error> {
+        self.inner.complete(claim, result, ttl)
+    }
     fn release(&self, claim: &Claim) -> Result<(), Error> {
         self.inner.release(claim)
     }
@@ -180,6 +186,9 @@ impl FailsFirstRelease {
 
 impl Store for FailsFirstRelease {
     forward_the_rest!(inner);
+    fn complete(&self, claim: &Claim, result: &[u8], ttl: Duration) -> Result<(), Error> {
+        self.inner.complete(claim, result, ttl)
+    }
     fn claim(&self, req: &ClaimRequest<'_>) -> Result<ClaimResponse, Error> {
         self.inner.claim(req)
     }
@@ -194,6 +203,54 @@ impl Store for FailsFirstRelease {
             ));
         }
         self.inner.release(claim)
+    }
+    fn shared(&self) -> Arc<dyn Store> {
+        Arc::new(self.clone())
+    }
+}
+
+/// A store whose first `complete` fails with a retryable error, as a connection that died
+/// while the body ran would make it; every later one goes through. With `lands`, that first
+/// completion is recorded before it fails: its answer was what got lost.
+#[derive(Clone)]
+pub(super) struct FailsFirstComplete {
+    inner: Arc<dyn Store>,
+    armed: Arc<AtomicBool>,
+    lands: bool,
+}
+
+impl FailsFirstComplete {
+    pub(super) fn new(inner: Arc<dyn Store>, lands: bool) -> FailsFirstComplete {
+        FailsFirstComplete {
+            inner,
+            armed: Arc::new(AtomicBool::new(true)),
+            lands,
+        }
+    }
+}
+
+impl Store for FailsFirstComplete {
+    forward_the_rest!(inner);
+    fn claim(&self, req: &ClaimRequest<'_>) -> Result<ClaimResponse, Error> {
+        self.inner.claim(req)
+    }
+    fn renew(&self, claim: &Claim, lease: Duration) -> Result<(), Error> {
+        self.inner.renew(claim, lease)
+    }
+    fn release(&self, claim: &Claim) -> Result<(), Error> {
+        self.inner.release(claim)
+    }
+    fn complete(&self, claim: &Claim, result: &[u8], ttl: Duration) -> Result<(), Error> {
+        if self.armed.swap(false, Ordering::SeqCst) {
+            if self.lands {
+                self.inner.complete(claim, result, ttl)?;
+            }
+            return Err(Error::store_msg(
+                Some(&claim.key),
+                "a completion that fails (on purpose, once)",
+            ));
+        }
+        self.inner.complete(claim, result, ttl)
     }
     fn shared(&self) -> Arc<dyn Store> {
         Arc::new(self.clone())
