@@ -157,10 +157,7 @@ fn every_call_is_one_span_with_its_outcome_and_events_say_what_operators_need() 
         first.get("scope").map(String::as_str),
         Some("billing.charge")
     );
-    assert_eq!(
-        first.get("key").map(String::as_str),
-        Some("billing.charge/evt_1")
-    );
+    assert_eq!(first.get("key").map(String::as_str), Some("evt_1"));
     assert_eq!(first.get("store").map(String::as_str), Some("memory"));
     assert!(
         first.get("fence").is_some_and(|f| f.parse::<u64>().is_ok()),

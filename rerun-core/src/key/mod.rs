@@ -158,6 +158,14 @@ impl fmt::Display for Shown<'_> {
     }
 }
 
+impl Key {
+    /// [`Key::readable_id`] as logs print it: characters a terminal would act on, or draw as
+    /// nothing, escaped.
+    pub(crate) fn shown_id(&self) -> String {
+        Shown(&self.readable_id(), false).to_string()
+    }
+}
+
 impl fmt::Display for Key {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(

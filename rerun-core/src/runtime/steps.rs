@@ -487,7 +487,7 @@ where
         store = backend.kind(),
     );
     if !span.is_disabled() {
-        span.record("key", telemetry::key_field(key));
+        span.record("key", telemetry::id_field(key));
     }
     let mut report = Report::default();
     // The call's future (its body's state included) is made in the slot it is pinned in and

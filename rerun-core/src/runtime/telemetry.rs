@@ -96,6 +96,15 @@ pub fn key_field(key: &Key) -> String {
         .unwrap_or_default()
 }
 
+/// A key's value without its scope, for the `key` field of a call's span (its scope is a
+/// field of its own): readable, or the whole key's digest with [`redact_keys`].
+pub(crate) fn id_field(key: &Key) -> String {
+    if REDACT.load(Ordering::Relaxed) {
+        return key_field(key);
+    }
+    key.shown_id()
+}
+
 /// How a call ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub(crate) enum Verdict {
