@@ -108,7 +108,6 @@ pub enum Error {
     /// Another live attempt holds the key right now. The message names no process or host
     /// (it may reach a client); the holder is in the field, for logs.
     #[error("{key} is in progress in another attempt (its lease ends in {}); retry later, or let the call wait for the result: `wait = \"10s\"` in `#[idempotent(…)]`, `#[rerun(wait = \"10s\")]` on a derived type, or `Call::wait`", rounded(*lease_ends_in))]
-    #[non_exhaustive]
     InProgress {
         /// The key.
         key: Key,
@@ -119,28 +118,24 @@ pub enum Error {
     },
     /// The key was used before with a different payload.
     #[error("{key} was already used with a different payload; a retry must send the same payload, or use a new key for a new operation")]
-    #[non_exhaustive]
     PayloadMismatch {
         /// The key.
         key: Key,
     },
     /// An at-most-once operation died after its body started; whether its effect happened is unknown.
     #[error("{key}: an earlier attempt died after its body started, so its outcome is unknown; give the function a `reconcile` function, or check by hand and then `forget` the key")]
-    #[non_exhaustive]
     OutcomeUnknown {
         /// The key.
         key: Key,
     },
     /// This attempt's claim was taken over (its lease ran out); its result was not recorded.
     #[error("{key}: this attempt lost its lease to another holder and its result was not recorded; the other holder's result stands")]
-    #[non_exhaustive]
     LeaseLost {
         /// The key.
         key: Key,
     },
     /// The stored record cannot be decoded; it is left untouched and the body does not run.
     #[error("{key}: the stored record is corrupt ({kind}); it was left untouched; inspect it, then `forget` the key to run again")]
-    #[non_exhaustive]
     Corrupt {
         /// The key.
         key: Key,
@@ -149,7 +144,6 @@ pub enum Error {
     },
     /// The store is unavailable or failed.
     #[error("{}store failed: {message}; {}", key.as_ref().map(|k| format!("{k}: ")).unwrap_or_default(), store_advice(*retryable, *after_body))]
-    #[non_exhaustive]
     Store {
         /// The key, when the failure concerns one.
         key: Option<Key>,
@@ -168,7 +162,6 @@ pub enum Error {
     },
     /// A result, payload, key or holder could not be encoded, or is too large for the store.
     #[error("{key}: could not encode {what}: {message}")]
-    #[non_exhaustive]
     Codec {
         /// The key.
         key: Key,
@@ -180,7 +173,6 @@ pub enum Error {
     },
     /// rerun is configured wrongly (a bad `RERUN_STORE` URL, `init` called twice, a bad option).
     #[error("configuration error: {message}")]
-    #[non_exhaustive]
     Config {
         /// What is wrong and what was expected.
         message: String,
