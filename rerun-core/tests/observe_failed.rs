@@ -28,3 +28,33 @@ fn a_call_that_failed_reports_nothing_not_a_call_inside_it() {
     assert_eq!(out.ok(), Some(700));
     assert_eq!(seen.map(|s| s.replayed), Some(true));
 }
+
+#[rerun_core::idempotent(key = id, store = store)]
+async fn inner_async(store: &MemoryStore, id: u64) -> Result<u64, Error> {
+    Ok(id * 100)
+}
+
+#[rerun_core::idempotent(key = id, store = store)]
+async fn outer_async(store: &MemoryStore, id: u64) -> Result<u64, Error> {
+    inner_async(store, id).await?;
+    // The outer call fails in a later poll than the one the inner call finished in.
+    tokio::task::yield_now().await;
+    Err(Error::config("the outer body's own failure"))
+}
+
+#[test]
+fn an_async_call_that_failed_in_a_later_poll_reports_nothing() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("a runtime");
+    let store = MemoryStore::new();
+    let (out, seen) = rt.block_on(rerun_core::observe_async(outer_async(&store, 8)));
+    assert!(out.is_err());
+    assert_eq!(
+        seen, None,
+        "the inner call's result was reported for the failed outer one"
+    );
+    let (out, seen) = rt.block_on(rerun_core::observe_async(inner_async(&store, 8)));
+    assert_eq!(out.ok(), Some(800));
+    assert_eq!(seen.map(|s| s.replayed), Some(true));
+}

@@ -43,8 +43,9 @@ pub struct Observed {
 }
 
 thread_local! {
-    /// One slot per `observe` in progress on this thread, innermost last.
-    static FRAMES: RefCell<Vec<Option<Observed>>> = const { RefCell::new(Vec::new()) };
+    /// One slot per `observe` in progress on this thread, innermost last: `None` while no
+    /// call finished, then what the last one did (`Some(None)`: it failed).
+    static FRAMES: RefCell<Vec<Option<Option<Observed>>>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Notes what a call did (`None`: it failed), for the innermost [`observe`] in progress on this
@@ -55,7 +56,7 @@ pub(crate) fn note(observed: Option<Observed>) {
     let _ = FRAMES.try_with(|frames| {
         if let Ok(mut frames) = frames.try_borrow_mut() {
             if let Some(top) = frames.last_mut() {
-                *top = observed;
+                *top = Some(observed);
             }
         }
     });
@@ -69,7 +70,8 @@ impl Frame {
         FRAMES.with(|f| f.borrow_mut().push(None));
         Frame
     }
-    fn pop(self) -> Option<Observed> {
+    /// What the last call that finished while the frame was pushed did, if one finished.
+    fn pop(self) -> Option<Option<Observed>> {
         let seen = FRAMES.with(|f| f.borrow_mut().pop()).flatten();
         std::mem::forget(self);
         seen
@@ -87,7 +89,7 @@ impl Drop for Frame {
 pub fn observe<R>(f: impl FnOnce() -> R) -> (R, Option<Observed>) {
     let frame = Frame::push();
     let out = f();
-    (out, frame.pop())
+    (out, frame.pop().flatten())
 }
 
 /// The async twin of [`observe`]: runs `fut` and says what the last idempotent call that
@@ -129,8 +131,10 @@ impl<F: Future> Future for ObserveFuture<F> {
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let frame = Frame::push();
         let polled = self.fut.as_mut().poll(cx);
-        if let Some(seen) = frame.pop() {
-            self.seen = Some(seen);
+        // A call that finished in this poll, failed or not, stands for whatever finished
+        // in an earlier one: a call made inside a body finishes before the body's own.
+        if let Some(noted) = frame.pop() {
+            self.seen = noted;
         }
         match polled {
             Poll::Ready(out) => Poll::Ready((out, self.seen)),
