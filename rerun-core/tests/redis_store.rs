@@ -1564,3 +1564,25 @@ fn connect_timeouts_at_both_ends_connect() {
         cleanup(&url, &name);
     }
 }
+
+/// A server in cluster mode answers most keys from another node (`MOVED`), which every call
+/// would meet as a passing store error for ever: it is refused at connect, saying why.
+#[test]
+fn a_server_in_cluster_mode_is_refused_at_connect() {
+    let Some(_) = url() else { return };
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let nodes = dir.path().join("nodes.conf");
+    let Some(server) = redis_util::PrivateRedis::start_with(&[
+        "--cluster-enabled",
+        "yes",
+        "--cluster-config-file",
+        &nodes.display().to_string(),
+    ]) else {
+        return;
+    };
+    let err = RedisStore::connect(&server.url).expect_err("a cluster-mode server was accepted");
+    assert!(
+        matches!(err, Error::Config { .. }) && err.to_string().contains("cluster mode"),
+        "{err}"
+    );
+}

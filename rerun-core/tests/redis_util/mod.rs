@@ -157,6 +157,11 @@ impl PrivateRedis {
     /// Starts one; `None` (with a printed notice) when `redis-server` cannot be run, which
     /// `RERUN_REQUIRE_SERVICES=1` turns into a failure.
     pub fn start() -> Option<PrivateRedis> {
+        PrivateRedis::start_with(&[])
+    }
+
+    /// [`PrivateRedis::start`], with more `redis-server` arguments.
+    pub fn start_with(args: &[&str]) -> Option<PrivateRedis> {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .expect("a free loopback port")
@@ -164,6 +169,7 @@ impl PrivateRedis {
         let spawned = std::process::Command::new("redis-server")
             .args(["--bind", "127.0.0.1", "--port", &port.to_string()])
             .args(["--save", "", "--appendonly", "no"])
+            .args(args)
             .stdout(std::process::Stdio::null())
             .spawn();
         let child = match spawned {

@@ -253,6 +253,13 @@ fn millis(d: Duration) -> u64 {
         .max(1)
 }
 
+/// Whether the server runs in cluster mode (`cluster_enabled:1` in `INFO cluster`); `false`
+/// where the server does not say (a managed service that hides `INFO`).
+pub(super) fn cluster_enabled(conn: &mut Connection) -> bool {
+    let info: Option<String> = redis::cmd("INFO").arg("cluster").query(conn).ok();
+    info.is_some_and(|info| info.lines().any(|l| l.trim_end() == "cluster_enabled:1"))
+}
+
 /// The server's version as `(major, minor)`, from `INFO server`.
 pub(super) fn server_version(conn: &mut Connection) -> Option<(u32, u32)> {
     let info: String = redis::cmd("INFO").arg("server").query(conn).ok()?;

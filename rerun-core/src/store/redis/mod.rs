@@ -383,6 +383,12 @@ impl RedisStore {
         let limit = options.connect_timeout.max(options.response_timeout);
         let mut pooled = store.open_sync(None, limit)?;
         let conn: &mut Connection = pooled.connection();
+        if durability::cluster_enabled(conn) {
+            return Err(Error::config(format!(
+                "Redis at {} runs in cluster mode, which rerun's Redis store does not speak: a record and the functions that change it live on one server, and a cluster answers most keys from another node; give rerun a Redis without cluster mode (a primary, with replicas or Sentinel for failover)",
+                store.inner.url
+            )));
+        }
         // Load the functions' library and every script now, in one round trip, so the first
         // calls need no detour: the scripts are the fallback of a function refused before it
         // ran (see `functions`), and the only form where functions are not to be had.
