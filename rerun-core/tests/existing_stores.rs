@@ -233,6 +233,31 @@ fn postgres_missing_tables_and_schemas_are_refused_not_created() {
     );
 }
 
+/// A table whose meta table or fence sequence was dropped is not a missing store: its records
+/// may still be there, and an operator's tool must not read it as empty.
+#[test]
+fn postgres_partial_tables_are_told_from_missing_ones() {
+    let Some(url) = url() else { return };
+    let (store, table) = fresh(&url, "partial");
+    let name = table.name.clone();
+    drop(store);
+    psql(&url, &format!("DROP TABLE \"{name}_meta\"")).unwrap();
+    let msg = config_message(pg_existing(&url, &name));
+    assert!(
+        msg.contains("incomplete") && !msg.contains("no rerun table"),
+        "{msg}"
+    );
+    assert_eq!(
+        pg_value(
+            &url,
+            &format!("SELECT to_regclass('\"{name}_meta\"') IS NOT NULL")
+        )
+        .as_deref(),
+        Some("f"),
+        "the meta table was made again"
+    );
+}
+
 #[test]
 fn postgres_older_codec_versions_and_claim_functions_are_left_alone() {
     let Some(url) = url() else { return };

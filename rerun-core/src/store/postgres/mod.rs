@@ -388,14 +388,15 @@ impl PostgresStore {
         let found = conn.run_for(left, |session| async move {
             let client = &mut session.client;
             let row = client.query_one(&names.exists_query(), &[]).await?;
-            let (exists, current): (bool, bool) = (row.try_get(0)?, row.try_get(1)?);
+            let (exists, current, some): (bool, bool, bool) =
+                (row.try_get(0)?, row.try_get(1)?, row.try_get(2)?);
             let version = match exists {
                 true => schema_version(client, names).await?,
                 false => None,
             };
-            Ok((exists, current, version))
+            Ok((exists, current, some, version))
         })?;
-        let (exists, current, version) = match migration_step(found, left, false, &what()) {
+        let (exists, current, some, version) = match migration_step(found, left, false, &what()) {
             Ok(found) => found,
             Err(e) => {
                 pooled.discard();
@@ -403,7 +404,7 @@ impl PostgresStore {
             }
         };
         if inner.existing_only {
-            self.check_existing(exists, version)?;
+            self.check_existing(exists, some, version)?;
         } else if !exists || !current || version == Some(1) {
             let work = conn.run_for(migration_timeout, |session| async move {
                 let client = &mut session.client;
@@ -508,11 +509,17 @@ impl PostgresStore {
     }
 
     /// Refuses, for a store opened [`existing_only`](PostgresBuilder::existing_only), a table
-    /// that is missing (`exists`: the table, its meta table and its fence sequence) or of
-    /// another schema version than this build's (`version`).
-    fn check_existing(&self, exists: bool, version: Option<i64>) -> Result<(), Error> {
+    /// that is missing (`exists`: the table, its meta table and its fence sequence; `some`:
+    /// any of them) or of another schema version than this build's (`version`).
+    fn check_existing(&self, exists: bool, some: bool, version: Option<i64>) -> Result<(), Error> {
         let inner = &*self.inner;
         let names = &inner.names;
+        if !exists && some {
+            return Err(Error::config(format!(
+                "PostgreSQL at {}: the rerun table {} is incomplete (it needs {}, {} and {} together): it was partly dropped, or made by something other than rerun; this store opens existing tables only and changes nothing, so check it by hand",
+                inner.target.shown, names.display, names.records, names.meta, names.fence_seq
+            )));
+        }
         if !exists {
             return Err(Error::config(format!(
                 "PostgreSQL at {}: there is no rerun table {} (with {} and {} beside it), and this store opens existing tables only: check the database, the schema and the table (`rerun_schema`, `rerun_table` in the URL); a service of rerun creates the table when it first starts",

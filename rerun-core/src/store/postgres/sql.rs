@@ -270,13 +270,16 @@ impl Names {
         )
     }
 
-    /// Whether the three relations exist, and whether the claim function does, of this
-    /// build's version or a later one (its text names its version): `connect` creates what is
-    /// missing, and replaces a function an earlier build made, never a later build's.
+    /// Whether the three relations exist, whether the claim function does, of this build's
+    /// version or a later one (its text names its version), and whether any of the three
+    /// does: `connect` creates what is missing, and replaces a function an earlier build made,
+    /// never a later build's; a store opened as it is tells a missing table from a partial one.
     pub(crate) fn exists_query(&self) -> String {
         format!(
             "SELECT to_regclass('{meta}') IS NOT NULL AND to_regclass('{table}') IS NOT NULL \
-             AND to_regclass('{seq}') IS NOT NULL, {current}",
+             AND to_regclass('{seq}') IS NOT NULL, {current}, \
+             to_regclass('{meta}') IS NOT NULL OR to_regclass('{table}') IS NOT NULL \
+             OR to_regclass('{seq}') IS NOT NULL",
             current = self.function_current(),
             meta = self.meta.replace('\'', "''"),
             table = self.records.replace('\'', "''"),
