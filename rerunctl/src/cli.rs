@@ -9,23 +9,31 @@ use crate::commands::{completions, forget, ls, purge, recover, show, stats};
 /// The exit status section of `--help`, also in the crate docs and the README.
 const EXIT_STATUS: &str = "\
 Exit status:
-  0  success (an `ls` that matches nothing is a success with an empty list)
+  0  success (an `ls` that matches nothing is a success with an empty list; so is
+     any command on a store that does not exist yet: a warning says so, nothing is
+     created, and it reads as an empty store)
   1  the record was not found; a safety check refused (a live claim without --force,
-     no --yes and no terminal to ask on, a \"no\" at the prompt); a record is corrupt
-     or was written by a newer rerun (`show` prints what it can read, `ls` lists the
-     records it could read, then each exits 1)
-  2  bad usage (unknown flags, a key that does not parse, a store that does not exist)
-     or a store error (unreachable server, refused credentials)
+     no --yes and no terminal to ask on, a \"no\" at the prompt, a record of a newer
+     rerun without --force)
+  2  bad usage (unknown flags, a store URL that names no usable store, a store of
+     another schema version) or a store error (unreachable server, refused credentials, a
+     record that is corrupt or was written by a newer rerun: `show` prints what it can
+     read, `ls` lists the records it could read, `recover` prints its summary, then
+     each exits 2)
 
 Keys print as the commands take them: a plain text as itself (evt_42), a text that
 reads as something else in quotes ('\"42\"'), numbers bare (42), tuples in parentheses
-('(cus_1, 42)'), bytes in hex (0xab01).
+('(cus_1, 42)'), bytes in hex (0xab01). A plain text key can also be typed as itself
+(1001, a UUID): when the text reads as no key, or as a key with no record, `show`
+and `forget` look up its text key.
+
+Statuses print as --status takes them: in-progress, completed, unknown, released.
 
 With --json, every command prints one JSON document on stdout (see each command's
 --help); errors add {\"error\": {\"kind\", \"message\", \"help\", \"exit_code\"}}.";
 
 /// The exit status in one line, under every command's help.
-const EXIT_SHORT: &str = "Exit status: 0 success; 1 not found, refused by a safety check, or a corrupt record; 2 bad usage or a store error (`rerunctl --help` says more).";
+const EXIT_SHORT: &str = "Exit status: 0 success; 1 not found or refused by a safety check; 2 bad usage or a store error, a corrupt record included (`rerunctl --help` says more).";
 
 /// Inspect and settle the idempotency records of a rerun store.
 ///

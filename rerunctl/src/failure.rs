@@ -6,9 +6,10 @@ use rerun_core::{CorruptKind, Error, Key};
 
 use crate::output;
 
-/// Exit status of a command that was refused or found nothing: see the crate docs.
+/// Exit status of a command that found no record or that a safety check refused: see the crate
+/// docs.
 pub const REFUSED: u8 = 1;
-/// Exit status of bad usage or a store error.
+/// Exit status of bad usage or a store error (a record that cannot be read is one).
 pub const FAILURE: u8 = 2;
 
 /// What kind of failure, which decides the exit status.
@@ -18,9 +19,9 @@ pub enum Kind {
     NotFound,
     /// A safety check refused the action. Exit 1.
     Refused,
-    /// A record cannot be read back: corrupt, or written by a newer rerun. Exit 1.
+    /// A record cannot be read back: corrupt, or written by a newer rerun. A store error: exit 2.
     Corrupt,
-    /// Bad usage: a bad argument, a store that does not exist, a bad URL. Exit 2.
+    /// Bad usage: a bad argument, a bad URL, a store URL that names no usable store. Exit 2.
     Usage,
     /// The store failed or could not be reached. Exit 2.
     Store,
@@ -80,7 +81,8 @@ impl Failure {
     pub fn broken_pipe() -> Failure {
         Failure::new(Kind::BrokenPipe, "stdout was closed")
     }
-    /// A corrupt record (exit 1), with the advice that fits `kind`.
+    /// A record that cannot be read back (exit 2, a store error), with the advice that fits
+    /// `kind`.
     pub fn corrupt(key: &Key, kind: &CorruptKind) -> Failure {
         let what = format!("{} {}", output::scope(key.scope()), key.readable_id());
         match kind {
@@ -113,7 +115,8 @@ impl Failure {
             )),
         }
     }
-    /// A store error (exit 2, or 1 for a corrupt record), with `doing` naming what failed.
+    /// A store error (exit 2), with `doing` naming what failed; a corrupt record is described as
+    /// [`Failure::corrupt`] does.
     pub fn store(doing: &str, error: Error) -> Failure {
         match &error {
             Error::Corrupt { key, kind, .. } => Failure::corrupt(key, kind),
@@ -156,8 +159,8 @@ impl Failure {
     /// The exit status.
     pub fn exit_code(&self) -> u8 {
         match self.kind {
-            Kind::NotFound | Kind::Refused | Kind::Corrupt => REFUSED,
-            Kind::Usage | Kind::Store => FAILURE,
+            Kind::NotFound | Kind::Refused => REFUSED,
+            Kind::Corrupt | Kind::Usage | Kind::Store => FAILURE,
             Kind::BrokenPipe => 0,
         }
     }
@@ -225,11 +228,22 @@ mod tests {
         assert_eq!(Failure::not_found("x").exit_code(), 1);
         assert_eq!(Failure::refused("x").exit_code(), 1);
         assert_eq!(Failure::usage("x").exit_code(), 2);
+        // A record that cannot be read is a store error, not a "not found".
         let key = Key::new("s", "k");
         assert_eq!(
             Failure::corrupt(&key, &CorruptKind::Checksum).exit_code(),
-            1
+            2
         );
+        let newer = CorruptKind::UnknownVersion {
+            found: 9,
+            supported: 2,
+        };
+        assert_eq!(Failure::corrupt(&key, &newer).exit_code(), 2);
+        let read = Failure::store(
+            "reading the record",
+            Error::corrupt(&key, CorruptKind::Checksum),
+        );
+        assert_eq!((read.kind, read.exit_code()), (Kind::Corrupt, 2));
         let store = Failure::store("opening", Error::store_msg(None, "connection refused"));
         assert_eq!((store.kind, store.exit_code()), (Kind::Store, 2));
         let config = Failure::store("opening", Error::config("bad url"));

@@ -23,20 +23,34 @@
 //! A key prints in its readable form ([`rerun_core::Key::readable_id`]) and is typed back the
 //! same way: a plain text as itself (`evt_42`), a text that would read as something else in
 //! quotes (`'"42"'` in a shell), numbers bare (`42`), tuples in parentheses (`'(cus_1, 42)'`),
-//! bytes in hex (`0xab01`).
+//! bytes in hex (`0xab01`). A plain text key can also be typed as itself: `show` and `forget`
+//! look up the text key of what was typed when it reads as no key (a UUID) or as a key with no
+//! record (`1001`, read as a number first).
+//!
+//! ## Statuses
+//!
+//! Statuses print (tables, JSON `status` fields, the keys of `stats`) as `--status` takes
+//! them: `in-progress`, `completed`, `unknown`, `released`.
+//!
+//! ## A store that does not exist yet
+//!
+//! No SQLite file at the path (the default `.rerun/rerun.sqlite3` included), or no rerun table
+//! in the PostgreSQL database: nothing is created, a warning on stderr says that nothing
+//! exists there, and the commands see an empty store (`ls` and `stats` succeed with nothing,
+//! `show` and `forget` find nothing, `recover` and `purge` do nothing).
 //!
 //! ## Exit status
 //!
 //! | code | meaning |
 //! |---|---|
-//! | 0 | success (an `ls` that matches nothing is a success with an empty list) |
-//! | 1 | the record was not found, a safety check refused (a live claim without `--force`, no `--yes` and no terminal to ask on, a "no" at the prompt), or a record is corrupt or written by a newer rerun (`ls` lists the others first; `recover` leaves them and prints its summary first) |
-//! | 2 | bad usage (unknown flags, a key that does not parse, a store that does not exist) or a store error (unreachable server, refused credentials) |
+//! | 0 | success (an `ls` that matches nothing is a success with an empty list; a store that does not exist yet reads as an empty one, with a warning) |
+//! | 1 | the record was not found, or a safety check refused (a live claim without `--force`, no `--yes` and no terminal to ask on, a "no" at the prompt, a record of a newer rerun without `--force`) |
+//! | 2 | bad usage (unknown flags, a store URL that names no usable store, a store of another schema version) or a store error (unreachable server, refused credentials, a record that is corrupt or written by a newer rerun: `ls` lists the others first; `recover` leaves them and prints its summary first) |
 //!
 //! Errors go to stderr and say what to do; with `--json`, stdout also gets one document
 //! `{"error": {"kind", "message", "help", "exit_code"}}` unless the command already printed its
-//! own (`show` of a corrupt record prints the record, then exits 1; `ls` lists the records it
-//! could read, then exits 1 naming those it could not).
+//! own (`show` of a corrupt record prints the record, then exits 2; `ls` lists the records it
+//! could read, then exits 2 naming those it could not).
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 

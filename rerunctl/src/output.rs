@@ -5,7 +5,7 @@ use std::io::Write as _;
 use std::time::Duration;
 
 use rerun_core::holder::Liveness;
-use rerun_core::{CorruptKind, Holder, RecordView};
+use rerun_core::{CorruptKind, Holder, RecordView, Status};
 use serde::Serialize;
 use unicode_width::UnicodeWidthStr as _;
 
@@ -115,10 +115,21 @@ pub fn liveness_word(l: Liveness) -> &'static str {
     }
 }
 
+/// A status as rerunctl prints it, in the spelling `--status` takes: `in-progress`,
+/// `completed`, `unknown` or `released` (`--status` also takes `in_progress`).
+pub fn status_word(status: Status) -> &'static str {
+    match status {
+        Status::InProgress => "in-progress",
+        Status::Completed => "completed",
+        Status::Unknown => "unknown",
+        Status::Released => "released",
+    }
+}
+
 /// Whether a record is a live claim: in progress, its lease running, its holder not provably
 /// dead. Such a claim is never recovered, and is forgotten only with `--force`.
 pub fn is_live_claim(r: &RecordView) -> bool {
-    r.status == rerun_core::Status::InProgress
+    r.status == Status::InProgress
         && r.lease_remaining.is_some()
         && r.holder.as_ref().map(Holder::liveness) != Some(Liveness::Dead)
 }
@@ -160,7 +171,7 @@ pub struct RecordJson {
     pub scope: String,
     /// The key, in the form the commands take back.
     pub key: String,
-    /// `in_progress`, `completed`, `released` or `unknown`.
+    /// `in-progress`, `completed`, `released` or `unknown` ([`status_word`]).
     pub status: &'static str,
     /// The fencing token of the latest claim.
     pub fence: u64,
@@ -185,7 +196,7 @@ impl From<&RecordView> for RecordJson {
         RecordJson {
             scope: r.key.scope().to_owned(),
             key: r.key.readable_id(),
-            status: r.status.as_str(),
+            status: status_word(r.status),
             fence: r.fence,
             once: r.once,
             age_ms: r.age.map(millis),
@@ -358,6 +369,14 @@ mod tests {
         assert_eq!(shell_word("(a, 1)"), "'(a, 1)'");
         assert_eq!(shell_word("it's"), r"'it'\''s'");
         assert_eq!(shell_word(""), "''");
+    }
+
+    #[test]
+    fn statuses_are_spelled_as_the_status_flag_takes_them() {
+        assert_eq!(status_word(Status::InProgress), "in-progress");
+        assert_eq!(status_word(Status::Completed), "completed");
+        assert_eq!(status_word(Status::Unknown), "unknown");
+        assert_eq!(status_word(Status::Released), "released");
     }
 
     #[test]

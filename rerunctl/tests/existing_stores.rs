@@ -1,6 +1,7 @@
 //! rerunctl opens stores as they are: it creates no table, file or schema, migrates nothing,
-//! raises no codec version, switches no journal mode and starts no upgrade sweep, and refuses
-//! (exit 2, naming the store) one that is missing or of another schema version.
+//! raises no codec version, switches no journal mode and starts no upgrade sweep; it reads a
+//! store that does not exist yet as an empty one, with a warning, and refuses (exit 2, naming
+//! the store) one of another schema version.
 
 mod common;
 
@@ -26,14 +27,82 @@ fn seed(store: &Backend) {
         .expect("a record");
 }
 
+/// Every read-only command, and what it must do on a store that does not exist yet (an empty
+/// store), with and without `--json`: (arguments, exit status, what its JSON document holds).
+const ON_NOTHING: &[(&[&str], i32)] = &[
+    (&["ls"], 0),
+    (&["stats"], 0),
+    (&["show", "billing.charge", "evt_42"], 1),
+    (&["forget", "billing.charge", "evt_42", "--yes"], 1),
+    (
+        &["forget", "billing.charge", "evt_42", "--yes", "--force"],
+        1,
+    ),
+    (&["recover"], 0),
+    (&["recover", "--dry-run"], 0),
+    (&["purge"], 0),
+];
+
+/// What a command run on a store that does not exist must print: one warning on stderr naming
+/// the store (`shown`), and, with `--json`, the command's own document, empty.
+fn check_run_on_nothing(args: &[&str], json: bool, run: &common::Run, shown: &str) {
+    assert!(
+        run.stderr.contains("warning: nothing exists at")
+            && run.stderr.contains(shown)
+            && run.stderr.contains("nothing was created"),
+        "{args:?}: {run:#?}"
+    );
+    assert_eq!(
+        run.stderr.matches("warning:").count(),
+        1,
+        "{args:?}: one warning: {run:#?}"
+    );
+    if !json {
+        return;
+    }
+    let doc = run.json();
+    match args[0] {
+        "ls" => {
+            assert_eq!(doc["count"], 0, "{doc:#}");
+            assert_eq!(doc["records"], serde_json::json!([]), "{doc:#}");
+            assert_eq!(doc["unreadable"], serde_json::json!([]), "{doc:#}");
+        }
+        "stats" => {
+            assert_eq!(doc["total"], 0, "{doc:#}");
+            assert_eq!(doc["by_status"]["in-progress"], 0, "{doc:#}");
+            assert_eq!(doc["scopes"], serde_json::json!([]), "{doc:#}");
+        }
+        "recover" => {
+            assert_eq!(
+                (doc["scanned"].as_u64(), doc["released"].as_u64()),
+                (Some(0), Some(0)),
+                "{doc:#}"
+            );
+        }
+        "purge" => assert_eq!(doc["purged"], 0, "{doc:#}"),
+        _ => assert_eq!(doc["error"]["kind"], "not_found", "{doc:#}"),
+    }
+    assert!(
+        doc["store"].as_str().is_some_and(|s| s.contains(shown))
+            || doc["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains(shown)),
+        "{doc:#}"
+    );
+}
+
+/// A PostgreSQL table that does not exist reads as an empty store, with a warning: nothing is
+/// created (no table, sequence, function or schema).
 #[test]
-fn a_missing_postgres_table_is_refused_and_not_created() {
+fn a_missing_postgres_table_reads_as_empty_and_is_not_created() {
     let Some(base) = rerun_core::testing::service_url("RERUN_TEST_POSTGRES_URL") else {
         return;
     };
     let table = unique("ctl_missing");
+    let schema = unique("ctl_nosuch");
     let sep = if base.contains('?') { '&' } else { '?' };
-    let url = format!("{base}{sep}rerun_table={table}");
+    let in_public = format!("{base}{sep}rerun_table={table}");
+    let in_no_schema = format!("{base}{sep}rerun_table={table}&rerun_schema={schema}");
     let exists = || {
         pg_number(
             &base,
@@ -43,34 +112,75 @@ fn a_missing_postgres_table_is_refused_and_not_created() {
         ) + pg_number(
             &base,
             format!("SELECT count(*) FROM pg_proc WHERE proname = '{table}_claim'"),
+        ) + pg_number(
+            &base,
+            format!("SELECT count(*) FROM pg_namespace WHERE nspname = '{schema}'"),
         )
     };
-    for args in [&["ls"][..], &["ls", "--json"], &["stats"], &["purge"]] {
-        let mut all = vec!["--store", url.as_str()];
-        all.extend_from_slice(args);
-        let run = ctl(all).run();
-        let made = exists();
-        if made > 0 {
-            // Dropped before failing, so that a failure leaves nothing behind.
-            pg(&base, |c| {
-                let sql = format!(
-                    "DROP TABLE IF EXISTS \"{table}\", \"{table}_meta\"; DROP SEQUENCE IF EXISTS \"{table}_fence\"; DROP FUNCTION IF EXISTS \"{table}_claim\""
-                );
-                async move { c.batch_execute(&sql).await.map(|()| 0) }
-            });
+    for url in [&in_public, &in_no_schema] {
+        for (args, code) in ON_NOTHING {
+            for json in [false, true] {
+                let mut all = vec!["--store", url.as_str()];
+                all.extend_from_slice(args);
+                if json {
+                    all.push("--json");
+                }
+                let run = ctl(all).run();
+                let made = exists();
+                if made > 0 {
+                    // Dropped before failing, so that a failure leaves nothing behind.
+                    pg(&base, |c| {
+                        let sql = format!(
+                            "DROP TABLE IF EXISTS \"{table}\", \"{table}_meta\"; DROP SEQUENCE IF EXISTS \"{table}_fence\"; DROP FUNCTION IF EXISTS \"{table}_claim\"; DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"
+                        );
+                        async move { c.batch_execute(&sql).await.map(|()| 0) }
+                    });
+                }
+                assert_eq!(made, 0, "rerunctl {args:?} created something: {run:#?}");
+                let run = run.expect(*code);
+                check_run_on_nothing(args, json, &run, &table);
+            }
         }
-        assert_eq!(made, 0, "rerunctl {args:?} created the table: {run:#?}");
-        let run = run.expect(2);
-        let text = if args.contains(&"--json") {
-            run.stdout.clone()
-        } else {
-            run.stderr.clone()
-        };
-        assert!(
-            text.contains(&table) && text.contains("no rerun table"),
-            "{run:#?}"
-        );
     }
+}
+
+/// A SQLite file that does not exist (the default `.rerun/rerun.sqlite3` included) reads as an
+/// empty store, with a warning: no file or folder is created.
+#[test]
+fn a_missing_sqlite_file_reads_as_empty_and_is_not_created() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let path = dir.path().join("no/such/rerun.sqlite3");
+    let url = format!("sqlite:{}", path.display());
+    for (args, code) in ON_NOTHING {
+        for json in [false, true] {
+            let mut all: Vec<&str> = args.to_vec();
+            if json {
+                all.push("--json");
+            }
+            // Named by --store, by RERUN_STORE, and the default under the current directory.
+            let flag = ctl(["--store", url.as_str()].iter().chain(&all)).run();
+            let env = ctl(&all).env("RERUN_STORE", &url).run();
+            let default = ctl(&all).dir(dir.path()).run();
+            for (run, shown) in [
+                (flag, "no/such/rerun.sqlite3"),
+                (env, "no/such/rerun.sqlite3"),
+                (default, ".rerun/rerun.sqlite3"),
+            ] {
+                let run = run.expect(*code);
+                check_run_on_nothing(args, json, &run, shown);
+            }
+            let left: Vec<_> = std::fs::read_dir(dir.path())
+                .map(|d| d.filter_map(Result::ok).map(|e| e.path()).collect())
+                .unwrap_or_default();
+            assert!(left.is_empty(), "rerunctl {all:?} created {left:?}");
+        }
+    }
+    // Where something other than a store file is, it is refused, as a store that is unusable.
+    let run = ctl(["ls"])
+        .env("RERUN_STORE", &format!("sqlite:{}", dir.path().display()))
+        .run()
+        .expect(2);
+    assert!(run.stderr.contains("is a folder"), "{run:#?}");
 }
 
 #[test]

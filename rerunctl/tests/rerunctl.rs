@@ -367,8 +367,9 @@ fn killed_holders_on_redis() {
     }
 }
 
-/// A result rewritten with garbage shows as corrupt (exit 1) and is cleared by `forget`; a
-/// result of a newer codec version is reported as such, with other advice.
+/// A result rewritten with garbage shows as corrupt (exit 2, a store error, not "not found")
+/// and is cleared by `forget`; a result of a newer codec version is reported as such, with
+/// other advice.
 fn corrupt_records_on(store: &Backend) {
     let name = store.name();
     let s = store.open();
@@ -384,7 +385,7 @@ fn corrupt_records_on(store: &Backend) {
         .expect("its result");
 
     store.set_result(&key, b"\x00garbage that is no envelope");
-    let shown = on(store, &["show", "billing.charge", "evt_bad", "--json"]).expect(1);
+    let shown = on(store, &["show", "billing.charge", "evt_bad", "--json"]).expect(2);
     let doc = shown.json();
     assert_eq!(doc["status"], "completed", "{name}: the record is shown");
     assert_eq!(doc["result"]["rendered"], Value::Null);
@@ -398,7 +399,7 @@ fn corrupt_records_on(store: &Backend) {
         "{}",
         shown.stderr
     );
-    let human = on(store, &["show", "billing.charge", "evt_bad"]).expect(1);
+    let human = on(store, &["show", "billing.charge", "evt_bad"]).expect(2);
     assert!(human.stdout.contains("<corrupt:"), "{}", human.stdout);
     // Listing does not read results: the record is listed; with --results, marked.
     on(store, &["ls", "--json"]).expect(0);
@@ -408,7 +409,7 @@ fn corrupt_records_on(store: &Backend) {
     let mut newer = good.clone();
     newer[1] = 99;
     store.set_result(&key, &newer);
-    let shown = on(store, &["show", "billing.charge", "evt_bad", "--json"]).expect(1);
+    let shown = on(store, &["show", "billing.charge", "evt_bad", "--json"]).expect(2);
     assert_eq!(
         shown.json()["result"]["corrupt"]["kind"],
         "unknown_version",
@@ -425,9 +426,9 @@ fn corrupt_records_on_sqlite() {
     corrupt_records_on(&Backend::sqlite());
 }
 
-/// A record whose row itself is malformed cannot be shown (exit 1, naming the key and how to
-/// clear it); `ls` and `stats` read past it (the other records are listed and counted, and the
-/// listing exits 1 naming it), and `forget` clears it.
+/// A record whose row itself is malformed cannot be shown (exit 2, a store error, naming the
+/// key and how to clear it); `ls` and `stats` read past it (the other records are listed and
+/// counted, and the listing exits 2 naming it), and `forget` clears it.
 #[test]
 fn a_malformed_row_on_sqlite() {
     let store = Backend::sqlite();
@@ -449,7 +450,7 @@ fn a_malformed_row_on_sqlite() {
         [key.id()],
     )
     .expect("update");
-    let ls = on(&store, &["ls"]).expect(1);
+    let ls = on(&store, &["ls"]).expect(2);
     assert!(
         ls.stderr.contains("evt_odd") && ls.stderr.contains("forget billing.charge evt_odd --yes"),
         "{}",
@@ -462,7 +463,7 @@ fn a_malformed_row_on_sqlite() {
         "{}",
         ls.stdout
     );
-    let doc = on(&store, &["ls", "--json"]).expect(1).json();
+    let doc = on(&store, &["ls", "--json"]).expect(2).json();
     assert_eq!(doc["count"], 2, "{doc:#}");
     assert_eq!(doc["unreadable"][0]["key"], "evt_odd", "{doc:#}");
     assert!(
@@ -478,18 +479,20 @@ fn a_malformed_row_on_sqlite() {
         (Some(2), Some(1)),
         "{stats:#}"
     );
-    let run = on(&store, &["show", "billing.charge", "evt_odd", "--json"]).expect(1);
+    let run = on(&store, &["show", "billing.charge", "evt_odd", "--json"]).expect(2);
     assert_eq!(run.json()["error"]["kind"], "corrupt");
+    assert_eq!(run.json()["error"]["exit_code"], 2);
+    // No --yes and no terminal: a safety check refuses (1).
     on(&store, &["forget", "billing.charge", "evt_odd"]).expect(1);
     let run = on(&store, &["forget", "billing.charge", "evt_odd", "--yes"]).expect(0);
     assert!(run.stderr.contains("cannot be read"), "{}", run.stderr);
     on(&store, &["ls", "--json"]).expect(0);
 }
 
-/// A claim in progress that cannot be read is left by `recover`, which says so and exits 1 (as
-/// `ls` does), after its summary or its one JSON document.
+/// A claim in progress that cannot be read is left by `recover`, which says so and exits 2 (a
+/// store error, as `ls` does), after its summary or its one JSON document.
 #[test]
-fn recover_exits_1_when_a_claim_cannot_be_read_on_sqlite() {
+fn recover_exits_2_when_a_claim_cannot_be_read_on_sqlite() {
     let store = Backend::sqlite();
     let key = Key::new("jobs.resize", "img_odd");
     Call::with_key(key.clone())
@@ -504,7 +507,7 @@ fn recover_exits_1_when_a_claim_cannot_be_read_on_sqlite() {
         [key.id()],
     )
     .expect("update");
-    let run = on(&store, &["recover"]).expect(1);
+    let run = on(&store, &["recover"]).expect(2);
     assert!(
         run.stdout.contains("unreadable records left as they are")
             && run.stderr.contains("cannot be read"),
@@ -512,10 +515,10 @@ fn recover_exits_1_when_a_claim_cannot_be_read_on_sqlite() {
         run.stdout,
         run.stderr
     );
-    let doc = on(&store, &["recover", "--json"]).expect(1).json();
+    let doc = on(&store, &["recover", "--json"]).expect(2).json();
     assert_eq!(doc["unreadable"], 1, "{doc:#}");
     assert!(doc.get("error").is_none(), "one document only: {doc:#}");
-    on(&store, &["recover", "--dry-run"]).expect(1);
+    on(&store, &["recover", "--dry-run"]).expect(2);
 }
 
 #[test]
@@ -533,8 +536,8 @@ fn corrupt_records_on_redis() {
 }
 
 /// A Redis record written by a newer rerun (its record version, not its result's) cannot be
-/// read at all: `show` says so (exit 1); `forget` refuses it (it may be a live claim this build
-/// cannot see) unless `--force`, which clears it.
+/// read at all: `show` says so (exit 2, a store error); `forget` refuses it (exit 1, a safety
+/// check: it may be a live claim this build cannot see) unless `--force`, which clears it.
 #[test]
 fn a_record_of_a_newer_rerun_on_redis() {
     let Some(store) = Backend::redis() else {
@@ -546,16 +549,17 @@ fn a_record_of_a_newer_rerun_on_redis() {
         .expect("a record");
     // The first byte of a record is its layout's format: one this build does not know.
     store.redis_edit(&key, |raw| raw[0] = b'9');
-    let shown = on(&store, &["show", "billing.charge", "evt_new", "--json"]).expect(1);
+    let shown = on(&store, &["show", "billing.charge", "evt_new", "--json"]).expect(2);
     assert!(shown.stderr.contains("newer rerun"), "{}", shown.stderr);
     assert_eq!(shown.json()["error"]["kind"], "corrupt");
+    assert_eq!(shown.json()["error"]["exit_code"], 2);
     let refused = on(&store, &["forget", "billing.charge", "evt_new", "--yes"]).expect(1);
     assert!(
         refused.stderr.contains("newer rerun") && refused.stderr.contains("--force"),
         "{}",
         refused.stderr
     );
-    on(&store, &["show", "billing.charge", "evt_new"]).expect(1);
+    on(&store, &["show", "billing.charge", "evt_new"]).expect(2);
     on(
         &store,
         &["forget", "billing.charge", "evt_new", "--yes", "--force"],
@@ -627,7 +631,7 @@ fn big_store_on(store: &Backend) {
     println!("{name}: stats of 10,001 records in {:?}", started.elapsed());
     assert_eq!(stats["total"], 10_001, "{name}");
     assert_eq!(stats["by_status"]["completed"], 10_000);
-    assert_eq!(stats["by_status"]["in_progress"], 1);
+    assert_eq!(stats["by_status"]["in-progress"], 1);
     assert_eq!(stats["oldest_in_progress"]["key"], "stuck");
 
     let all = on(store, &["ls", "--limit", "0", "--json"])
@@ -712,17 +716,18 @@ fn the_store_is_found_as_documented() {
         .run()
         .expect(0);
 
-    // No store here: exit 2, and none is created.
+    // No store here: an empty listing with a warning, and none is created.
     let empty = tempfile::tempdir().expect("a temp dir");
-    let run = ctl(["ls"]).dir(empty.path()).run().expect(2);
+    let run = ctl(["ls"]).dir(empty.path()).run().expect(0);
     assert!(
-        run.stderr.contains("no store here") && run.stderr.contains("--store"),
+        run.stderr.contains("nothing exists at") && run.stderr.contains("--store"),
         "{}",
         run.stderr
     );
     assert!(!empty.path().join(".rerun").exists());
-    let run = ctl(["ls", "--json"]).dir(empty.path()).run().expect(2);
-    assert_eq!(run.json()["error"]["exit_code"], 2);
+    let run = ctl(["ls", "--json"]).dir(empty.path()).run().expect(0);
+    assert_eq!(run.json()["count"], 0);
+    assert!(!empty.path().join(".rerun").exists());
 }
 
 /// Bad input and faults: each a clear message and the documented exit status.
@@ -749,7 +754,7 @@ fn bad_input_and_faults() {
     );
     ctl(["--version"]).run().expect(0);
 
-    // A bad URL, a missing file, an unreachable server: 2, never a password.
+    // A bad URL, an unreachable server: 2, never a password. A missing file: an empty store.
     let run = ctl(["ls", "--store", "mongodb://app:hunter22@db/x"])
         .run()
         .expect(2);
@@ -760,7 +765,7 @@ fn bad_input_and_faults() {
     );
     let run = ctl(["ls", "--store", "sqlite:/nonexistent/rerun.sqlite3"])
         .run()
-        .expect(2);
+        .expect(0);
     assert!(run.stderr.contains("does not exist"), "{}", run.stderr);
     let run = ctl(["ls", "--json"])
         .env("RERUN_STORE", "postgres://app:hunter22@127.0.0.1:1/x")
@@ -780,13 +785,14 @@ fn bad_input_and_faults() {
         run.stderr
     );
 
-    // Keys that do not parse or are not UTF-8: 2, with how to type a key.
-    let run = on(&store, &["show", "billing.charge", "(unclosed"]).expect(2);
+    // A key that reads as no key form is its text key: not found (1), with how to type a key.
+    let run = on(&store, &["show", "billing.charge", "(unclosed"]).expect(1);
     assert!(
-        run.stderr.contains("does not parse") && run.stderr.contains("rerunctl ls"),
+        run.stderr.contains("reads as no key form") && run.stderr.contains("rerunctl ls"),
         "{}",
         run.stderr
     );
+    // Keys that are not UTF-8: 2, with how to type a key.
     #[cfg(unix)]
     {
         use std::os::unix::ffi::OsStrExt as _;
@@ -807,14 +813,16 @@ fn bad_input_and_faults() {
     // Not found: 1, with a hint.
     let run = on(&store, &["show", "nosuch.scope", "k"]).expect(1);
     assert!(run.stderr.contains("no record of scope"), "{}", run.stderr);
-    let run = on(&store, &["show", "billing.charge", "42"]).expect(1);
+    // The text key "42" typed as itself is found.
+    let run = on(&store, &["show", "billing.charge", "42", "--json"]).expect(0);
+    assert_eq!(run.json()["key"], r#""42""#);
+    let run = on(&store, &["show", "billing.charge", "43", "--json"]).expect(1);
+    assert_eq!(run.json()["error"]["kind"], "not_found");
     assert!(
-        run.stderr.contains(r#"the text key "42""#),
+        run.stderr.contains(r#"nor of the text key "43""#),
         "{}",
         run.stderr
     );
-    let run = on(&store, &["show", "billing.charge", "43", "--json"]).expect(1);
-    assert_eq!(run.json()["error"]["kind"], "not_found");
 
     // The memory store opens (empty, in this process only).
     let run = ctl(["ls", "--store", "memory:", "--json"]).run().expect(0);
@@ -846,4 +854,203 @@ fn long_results_are_cut_in_tables_only() {
         .expect(0)
         .stdout;
     assert!(text.contains(&long));
+}
+
+/// Claims `key` in `store` for `holder`, with a lease of five minutes.
+fn claim(store: &Backend, key: &Key, holder: &rerun_core::Holder) {
+    store
+        .open()
+        .claim(&rerun_core::record::ClaimRequest {
+            key,
+            fingerprint: &rerun_core::Fingerprint::EMPTY,
+            holder,
+            lease: Duration::from_secs(300),
+            once: false,
+            steal: None,
+        })
+        .expect("a claim");
+}
+
+/// Statuses print as `--status` takes them (`in-progress`), in tables, JSON `status` fields and
+/// the keys of `stats`; `--status` takes both spellings.
+fn statuses_are_spelled_as_the_flag_takes_them_on(store: &Backend) {
+    let name = store.name();
+    let mut dead = rerun_core::Holder::current();
+    dead.start_time += 1;
+    claim(store, &Key::new("jobs.resize", "img_1"), &dead);
+    Call::new("jobs.resize", "img_2")
+        .run(&*store.open(), || Ok::<_, Error>(1))
+        .expect("a record");
+
+    let human = on(store, &["ls", "--status", "in-progress"])
+        .expect(0)
+        .stdout;
+    let line = human
+        .lines()
+        .find(|l| l.contains("img_1"))
+        .unwrap_or_default();
+    assert!(line.contains(" in-progress "), "{name}: {human}");
+    assert!(!human.contains("in_progress"), "{name}: {human}");
+    for spelling in ["in-progress", "in_progress"] {
+        let ls = on(store, &["ls", "--status", spelling, "--json"])
+            .expect(0)
+            .json();
+        assert_eq!(ls["count"], 1, "{name} {spelling}: {ls:#}");
+        assert_eq!(ls["records"][0]["status"], "in-progress", "{name}: {ls:#}");
+    }
+
+    let shown = on(store, &["show", "jobs.resize", "img_1", "--json"])
+        .expect(0)
+        .json();
+    assert_eq!(shown["status"], "in-progress", "{name}");
+    let text = on(store, &["show", "jobs.resize", "img_1"])
+        .expect(0)
+        .stdout;
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("status") && l.contains(" in-progress (")),
+        "{name}: {text}"
+    );
+
+    let stats = on(store, &["stats", "--json"]).expect(0).json();
+    assert_eq!(stats["by_status"]["in-progress"], 1, "{name}: {stats:#}");
+    assert_eq!(stats["by_status"].get("in_progress"), None, "{stats:#}");
+    assert_eq!(stats["scopes"][0]["in-progress"], 1, "{stats:#}");
+    assert_eq!(stats["scopes"][0]["completed"], 1, "{stats:#}");
+    assert_eq!(stats["oldest_in_progress"]["status"], "in-progress");
+    let table = on(store, &["stats"]).expect(0).stdout;
+    assert!(
+        table.contains("IN-PROGRESS") && !table.contains("in_progress"),
+        "{table}"
+    );
+
+    let gone = on(store, &["forget", "jobs.resize", "img_1", "--yes"])
+        .expect(0)
+        .stdout;
+    assert!(gone.contains("(was in-progress, fence"), "{name}: {gone}");
+}
+
+#[test]
+fn statuses_are_spelled_as_the_flag_takes_them_on_sqlite() {
+    statuses_are_spelled_as_the_flag_takes_them_on(&Backend::sqlite());
+}
+
+#[test]
+fn statuses_are_spelled_as_the_flag_takes_them_on_postgres() {
+    if let Some(store) = Backend::postgres() {
+        statuses_are_spelled_as_the_flag_takes_them_on(&store);
+    }
+}
+
+#[test]
+fn statuses_are_spelled_as_the_flag_takes_them_on_redis() {
+    if let Some(store) = Backend::redis() {
+        statuses_are_spelled_as_the_flag_takes_them_on(&store);
+    }
+}
+
+/// A plain string key is typed as itself (`1001`, a UUID), as `show` and `forget` read it: the
+/// key the text reads as comes first, then the string key of the same text. `forget` forgets
+/// only a record it found, and keeps its safety checks.
+fn plain_string_keys_are_typed_as_themselves_on(store: &Backend) {
+    let name = store.name();
+    let s = store.open();
+    let uuid = "550e8400-e29b-41d4-a716-446655440000";
+    for key in ["1001", uuid, "7", "(unclosed"] {
+        Call::new("billing.charge", key)
+            .run(&*s, || Ok::<_, Error>(receipt(key)))
+            .expect("a record");
+    }
+    Call::new("billing.charge", &7i64)
+        .run(&*s, || Ok::<_, Error>(receipt("seven")))
+        .expect("a record");
+
+    // Typed as themselves: found.
+    for (typed, printed) in [
+        ("1001", r#""1001""#.to_owned()),
+        (uuid, format!("\"{uuid}\"")),
+        ("(unclosed", r#""(unclosed""#.to_owned()),
+    ] {
+        let shown = on(store, &["show", "billing.charge", typed, "--json"])
+            .expect(0)
+            .json();
+        assert_eq!(shown["key"].as_str(), Some(printed.as_str()), "{name}");
+        assert_eq!(
+            shown["result"]["rendered"],
+            format!(r#"Receipt {{ id: "{typed}", cents: 500 }}"#),
+            "{name}"
+        );
+    }
+    // The key the text reads as wins: `7` is the number, `"7"` the text.
+    let seven = on(store, &["show", "billing.charge", "7", "--json"])
+        .expect(0)
+        .json();
+    assert_eq!(seven["key"], "7", "{name}");
+    let text_seven = on(store, &["show", "billing.charge", r#""7""#, "--json"])
+        .expect(0)
+        .json();
+    assert_eq!(text_seven["key"], r#""7""#, "{name}");
+
+    // forget: the number first; once it is gone, `7` reaches the text key.
+    let gone = on(store, &["forget", "billing.charge", "7", "--yes", "--json"])
+        .expect(0)
+        .json();
+    assert_eq!(gone["key"], "7", "{name}");
+    assert!(s
+        .inspect(&Key::new("billing.charge", "7"))
+        .expect("inspect")
+        .is_some());
+    let gone = on(store, &["forget", "billing.charge", "7", "--yes", "--json"])
+        .expect(0)
+        .json();
+    assert_eq!(gone["key"], r#""7""#, "{name}");
+    for key in ["1001", uuid] {
+        let gone = on(store, &["forget", "billing.charge", key, "--yes", "--json"])
+            .expect(0)
+            .json();
+        assert_eq!(gone["forgotten"], true, "{name}");
+        assert!(s
+            .inspect(&Key::new("billing.charge", key))
+            .expect("inspect")
+            .is_none());
+        let run = on(store, &["forget", "billing.charge", key, "--yes"]).expect(1);
+        assert!(run.stderr.contains("no record"), "{name}: {}", run.stderr);
+        on(store, &["show", "billing.charge", key]).expect(1);
+    }
+
+    // The safety checks hold for a string key reached so: a live claim is refused.
+    claim(
+        store,
+        &Key::new("billing.charge", "1002"),
+        &rerun_core::Holder::current(),
+    );
+    let refused = on(store, &["forget", "billing.charge", "1002", "--yes"]).expect(1);
+    assert!(
+        refused.stderr.contains("live claim") && refused.stderr.contains(r#"'"1002"'"#),
+        "{name}: {}",
+        refused.stderr
+    );
+    assert!(s
+        .inspect(&Key::new("billing.charge", "1002"))
+        .expect("inspect")
+        .is_some());
+}
+
+#[test]
+fn plain_string_keys_are_typed_as_themselves_on_sqlite() {
+    plain_string_keys_are_typed_as_themselves_on(&Backend::sqlite());
+}
+
+#[test]
+fn plain_string_keys_are_typed_as_themselves_on_postgres() {
+    if let Some(store) = Backend::postgres() {
+        plain_string_keys_are_typed_as_themselves_on(&store);
+    }
+}
+
+#[test]
+fn plain_string_keys_are_typed_as_themselves_on_redis() {
+    if let Some(store) = Backend::redis() {
+        plain_string_keys_are_typed_as_themselves_on(&store);
+    }
 }

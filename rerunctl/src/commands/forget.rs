@@ -32,6 +32,9 @@ progress, lease running, holder not provably dead) unless --force (exit 1): forg
 let a second run start while the first one still runs. A record written by a newer rerun is
 refused the same way: this rerunctl cannot tell whether it is a live claim.
 
+KEY is typed as `rerunctl ls` prints it, or a plain text key as itself, as for `show`; only a
+record found is forgotten, and only if it is still the one found when it is deleted.
+
 JSON: {\"store\", \"scope\", \"key\", \"forgotten\": true, \"was\": {the record as in `show`, without
 its result} | null (a record that could not be read)}";
 
@@ -41,7 +44,7 @@ pub struct Args {
     /// The record's scope (billing.charge)
     #[arg(value_name = "SCOPE")]
     pub scope: OsString,
-    /// The record's key, as `rerunctl ls` prints it
+    /// The record's key, as `rerunctl ls` prints it (a plain text key also as itself)
     #[arg(value_name = "KEY", allow_hyphen_values = true)]
     pub key: OsString,
     /// Do not ask: forget it (needed without a terminal)
@@ -63,24 +66,27 @@ struct Document<'a> {
 
 /// Runs `forget`.
 pub fn run(ctx: &Context, args: &Args) -> Result<(), Failure> {
-    let key = crate::target::parse(&args.scope, &args.key)?;
+    let target = crate::target::parse(&args.scope, &args.key)?;
     let opened = crate::store::open(ctx.store.as_deref())?;
+    // Only a record that was found is forgotten, under the key that has it.
+    let found = crate::target::find(&opened, &target)?;
+    let key = found.key;
     let typed = format!(
         "{} {}",
         shell_word(key.scope()),
         shell_word(&key.readable_id())
     );
     // A corrupt record cannot be read, but it can be forgotten: that is how it is cleared.
-    let record: Option<RecordView> = match opened.store.inspect(&key) {
-        Ok(Some(record)) => Some(record),
-        Ok(None) => return Err(crate::target::not_found(&opened, &key, &args.key)),
+    let record: Option<RecordView> = match found.record {
+        Ok(record) => Some(record),
         // A newer rerun's record is probably fine, and may be a live claim this build cannot
         // see: forgetting it is a `--force`, as for a live claim.
         Err(rerun_core::Error::Corrupt {
             kind: kind @ rerun_core::CorruptKind::UnknownVersion { .. },
             ..
         }) if !args.force => {
-            return Err(Failure::corrupt(&key, &kind).help(format!(
+            // A safety check refusing (exit 1), as for a live claim.
+            return Err(Failure::refused(Failure::corrupt(&key, &kind).message).help(format!(
                 "use the rerunctl of the rerun release your service runs: this one cannot tell whether the record is a live claim, so it does not forget it without `rerunctl forget {typed} --force`"
             )));
         }
@@ -115,10 +121,10 @@ pub fn run(ctx: &Context, args: &Args) -> Result<(), Failure> {
         let what = match &record {
             Some(r) if r.once && r.status == rerun_core::Status::InProgress => format!(
                 "{}, fence {}, at most once: its body may have had its effect",
-                r.status.as_str(),
+                output::status_word(r.status),
                 r.fence
             ),
-            Some(r) => format!("{}, fence {}", r.status.as_str(), r.fence),
+            Some(r) => format!("{}, fence {}", output::status_word(r.status), r.fence),
             None => "unreadable".to_owned(),
         };
         if !ctx.can_ask() {
@@ -165,7 +171,7 @@ pub fn run(ctx: &Context, args: &Args) -> Result<(), Failure> {
                 kind: kind @ rerun_core::CorruptKind::UnknownVersion { .. },
                 ..
             }) if !args.force => {
-                return Err(Failure::corrupt(&key, &kind).help(format!(
+                return Err(Failure::refused(Failure::corrupt(&key, &kind).message).help(format!(
                     "it was rewritten by a newer rerun meanwhile; use the rerunctl of that release, or `rerunctl forget {typed} --force`"
                 )))
             }
@@ -187,7 +193,11 @@ pub fn run(ctx: &Context, args: &Args) -> Result<(), Failure> {
         })
     } else {
         let was = record.as_ref().map_or_else(String::new, |r| {
-            format!(" (was {}, fence {})", r.status.as_str(), r.fence)
+            format!(
+                " (was {}, fence {})",
+                output::status_word(r.status),
+                r.fence
+            )
         });
         output::print_text(&format!(
             "forgot {}{was}: its next call runs afresh\n",
@@ -205,7 +215,7 @@ fn changed(
     match now {
         Ok(Some(r)) => Failure::refused(format!(
             "{typed} changed before it could be forgotten (now {}, fence {}): not forgetting a record that was not the one shown",
-            r.status.as_str(),
+            output::status_word(r.status),
             r.fence
         ))
         .help(format!("look at it again with `rerunctl show {typed}`")),

@@ -289,7 +289,7 @@ pub fn run(ctx: &Context, args: &Args) -> Result<(), Failure> {
         let mut row = vec![
             output::scope(r.key.scope()).into_owned(),
             output::cut(&key, KEY_SHOWN).into_owned(),
-            r.status.as_str().to_owned(),
+            output::status_word(r.status).to_owned(),
             r.fence.to_string(),
             r.age.map_or_else(|| "-".to_owned(), output::duration),
             r.holder
@@ -321,8 +321,9 @@ pub fn run(ctx: &Context, args: &Args) -> Result<(), Failure> {
     unreadable(&listing.unreadable)
 }
 
-/// The failure (exit 1) of a listing that read past records it could not read, once the others
-/// are printed: one is described as `show` would; several are named, with what to do.
+/// The failure (exit 2, a store error) of a listing that read past records it could not read,
+/// once the others are printed: one is described as `show` would; several are named, with what
+/// to do.
 fn unreadable(records: &[Unreadable]) -> Result<(), Failure> {
     let named = |u: &Unreadable| {
         format!(

@@ -22,8 +22,8 @@ the claims whose holder is provably dead (on this host) or whose lease ran out, 
 interrupted at-most-once calls unknown, leave live claims alone, purge expired records.
 Reads only in-progress and unknown records. Every change is fenced: safe beside running
 services and another recovery. --dry-run changes nothing and counts what would change.
-Exits 1 when records could not be read (left as they are; `rerunctl ls` names them), and 2 on
-a store error, after saying what the run had changed before it.
+Exits 2 when records could not be read (left as they are; `rerunctl ls` names them), after
+its summary, as on a store error, after saying what the run had changed before it.
 
 JSON: {\"store\", \"dry_run\", \"scope\" | null, \"scanned\", \"released\", \"marked_unknown\",
 \"unknown\", \"live\", \"moved_meanwhile\", \"purged\", \"unreadable\" (records that cannot be read, left
@@ -135,8 +135,8 @@ pub fn run(ctx: &Context, args: &Args) -> Result<(), Failure> {
     Ok(())
 }
 
-/// Exit 1, as `ls` does when records cannot be read: a run that left some behind did not
-/// bring every record to a known state.
+/// Exit 2 (a store error), as `ls` does when records cannot be read: a run that left some
+/// behind did not bring every record to a known state.
 fn unreadable(count: u64) -> Failure {
     Failure::new(
         Kind::Corrupt,

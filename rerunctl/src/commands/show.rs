@@ -2,7 +2,8 @@
 //!
 //! Status, fence, holder with its liveness, lease or expiry, fingerprint, and the recorded
 //! result rendered readably and whole. A record whose result cannot be read back (corrupt, or
-//! written by a newer rerun) is shown as far as it can be, then the command exits 1.
+//! written by a newer rerun) is shown as far as it can be, then the command exits 2, as for a
+//! store error.
 
 use std::ffi::OsString;
 use std::fmt::Write as _;
@@ -20,8 +21,10 @@ pub const ABOUT: &str = "\
 Show one record whole: status, fence, holder with its liveness, lease or expiry, fingerprint,
 and the recorded result rendered readably (`Receipt { id: \"ch_1\", cents: 500 }`), whole.
 
-KEY is typed as `rerunctl ls` prints it: evt_42, '\"42\"', 42, '(cus_1, 42)', 0xab01.
-Exits 1 when there is no such record, and when the record cannot be read back (corrupt, or
+KEY is typed as `rerunctl ls` prints it: evt_42, '\"42\"', 42, '(cus_1, 42)', 0xab01; a plain
+text key also as itself (1001, a UUID): when the text reads as no key, or as a key with no
+record, its text key is looked up.
+Exits 1 when there is no such record, and 2 when the record cannot be read back (corrupt, or
 written by a newer rerun): it is then shown as far as it can be.
 
 JSON: {\"store\", \"scope\", \"key\", \"status\", \"fence\", \"once\", \"age_ms\", \"holder\" | null,
@@ -34,7 +37,7 @@ pub struct Args {
     /// The record's scope (billing.charge)
     #[arg(value_name = "SCOPE")]
     pub scope: OsString,
-    /// The record's key, as `rerunctl ls` prints it
+    /// The record's key, as `rerunctl ls` prints it (a plain text key also as itself)
     #[arg(value_name = "KEY", allow_hyphen_values = true)]
     pub key: OsString,
 }
@@ -50,13 +53,11 @@ struct Document<'a> {
 
 /// Runs `show`.
 pub fn run(ctx: &Context, args: &Args) -> Result<(), Failure> {
-    let key = crate::target::parse(&args.scope, &args.key)?;
+    let target = crate::target::parse(&args.scope, &args.key)?;
     let opened = crate::store::open(ctx.store.as_deref())?;
-    let record = opened
-        .store
-        .inspect(&key)
-        .map_err(|e| opened.failure("reading the record", e))?
-        .ok_or_else(|| crate::target::not_found(&opened, &key, &args.key))?;
+    let record = crate::target::find(&opened, &target)?
+        .record
+        .map_err(|e| opened.failure("reading the record", e))?;
     let (result, corrupt) = match record.result.as_deref() {
         Some(bytes) => {
             let (json, corrupt) = ResultJson::render(bytes, None);
@@ -163,5 +164,5 @@ fn status_line(r: &RecordView) -> String {
             "an at-most-once call died mid-body: check what it did, then `rerunctl forget` it"
         }
     };
-    format!("{} ({meaning})", r.status.as_str())
+    format!("{} ({meaning})", output::status_word(r.status))
 }
