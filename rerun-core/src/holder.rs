@@ -119,7 +119,7 @@ impl Holder {
         }
         let p = process::current();
         if self.pid == p.pid {
-            return if self.start_time == p.start_time || self.start_time == 0 {
+            return if same_start(self.start_time, p.start_time) || self.start_time == 0 {
                 Liveness::Alive
             } else {
                 Liveness::Dead
@@ -233,6 +233,15 @@ fn unescape(s: &str) -> Option<String> {
     String::from_utf8(out).ok()
 }
 
+/// Whether two start times, each read through `/proc` and taken back to the boot's clock, are
+/// one process's. A reader in a time namespace sees start times shifted by its boottime
+/// offset and rounded down to a clock tick, so taking the offset off again can land a tick
+/// away from what a reader outside saw: a tick apart is the same process. (A pid reused
+/// within one tick then reads as alive, and its claim waits for its lease: the safe side.)
+fn same_start(a: u64, b: u64) -> bool {
+    a.abs_diff(b) <= 1
+}
+
 /// Decides liveness from `kill(pid, 0)` and `/proc/PID/stat`; apart for testing every branch.
 fn classify(
     signal: nix::Result<()>,
@@ -244,7 +253,7 @@ fn classify(
         // The pid exists but belongs to someone we may not signal: alive, unless its start
         // time shows it is another process.
         Err(nix::errno::Errno::EPERM) => match stat {
-            Some((start, _)) if holder_start_time != 0 && start != holder_start_time => {
+            Some((start, _)) if holder_start_time != 0 && !same_start(start, holder_start_time) => {
                 Liveness::Dead
             }
             _ => Liveness::Alive,
@@ -252,7 +261,9 @@ fn classify(
         Err(_) => Liveness::Alive,
         Ok(()) => match stat {
             Some((_, true)) => Liveness::Dead,
-            Some((start, false)) if holder_start_time != 0 && start != holder_start_time => {
+            Some((start, false))
+                if holder_start_time != 0 && !same_start(start, holder_start_time) =>
+            {
                 Liveness::Dead
             }
             _ => Liveness::Alive,
@@ -319,7 +330,7 @@ mod tests {
     #[test]
     fn own_pid_with_other_start_time_is_dead() {
         let mut h = Holder::current();
-        h.start_time += 1;
+        h.start_time += 2;
         assert_eq!(h.liveness(), Liveness::Dead);
     }
 
@@ -348,6 +359,9 @@ mod tests {
         let mut h = Holder::current();
         h.host = "elsewhere.example".into();
         assert_eq!(h.liveness(), Liveness::Alive);
+        // A tick away is the same process, read through another time namespace.
+        h.start_time += 1;
+        assert_eq!(h.liveness(), Liveness::Alive);
         h.start_time += 1;
         assert_eq!(h.liveness(), Liveness::Dead);
     }
@@ -361,11 +375,19 @@ mod tests {
             Liveness::Alive
         );
         assert_eq!(
-            classify(Err(Errno::EPERM), Some((6, false)), 5),
+            classify(Err(Errno::EPERM), Some((7, false)), 5),
             Liveness::Dead
         );
         assert_eq!(classify(Ok(()), Some((5, false)), 5), Liveness::Alive);
-        assert_eq!(classify(Ok(()), Some((6, false)), 5), Liveness::Dead);
+        // A tick apart: one process, its start read through two time namespaces.
+        assert_eq!(classify(Ok(()), Some((6, false)), 5), Liveness::Alive);
+        assert_eq!(classify(Ok(()), Some((4, false)), 5), Liveness::Alive);
+        assert_eq!(
+            classify(Err(Errno::EPERM), Some((6, false)), 5),
+            Liveness::Alive
+        );
+        assert_eq!(classify(Ok(()), Some((7, false)), 5), Liveness::Dead);
+        assert_eq!(classify(Ok(()), Some((3, false)), 5), Liveness::Dead);
         assert_eq!(classify(Ok(()), Some((5, true)), 5), Liveness::Dead);
         assert_eq!(classify(Ok(()), None, 5), Liveness::Alive);
     }

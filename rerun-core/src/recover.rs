@@ -127,7 +127,7 @@ fn is_stale(record: &RecordView) -> bool {
 /// let store = MemoryStore::new();
 /// // A claim whose holder died: same pid as ours, but another process start time.
 /// let mut dead = Holder::current();
-/// dead.start_time += 1;
+/// dead.start_time += 2;
 /// let key = Key::new("jobs.resize", "img-7");
 /// store.claim(&ClaimRequest {
 ///     key: &key,
@@ -522,7 +522,7 @@ mod tests {
     fn a_claim_rewritten_by_a_newer_rerun_meanwhile_does_not_end_the_run() {
         let store = RewrittenByNewer(MemoryStore::new());
         let mut dead = Holder::current();
-        dead.start_time += 1;
+        dead.start_time += 2;
         for (id, once) in [("a", false), ("b", true)] {
             let key = Key::new("s", id);
             let claimed = store.claim(&ClaimRequest {

@@ -160,7 +160,7 @@ fn two_processes_recovering_at_once_resolve_each_claim_once() {
     let db = dir.path().join("rerun.sqlite3");
     let store = SqliteStore::open(&db).unwrap();
     let mut dead = Holder::current();
-    dead.start_time += 1;
+    dead.start_time += 2;
     for i in 0..1000u32 {
         let key = Key::new("jobs.stale", &i);
         store

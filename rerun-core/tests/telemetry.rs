@@ -112,7 +112,7 @@ fn every_call_is_one_span_with_its_outcome_and_events_say_what_operators_need() 
         // A dead holder (our pid, another start time) is taken over at once.
         let key = Key::new("billing.charge", "evt_3");
         let mut dead = Holder::current();
-        dead.start_time += 1;
+        dead.start_time += 2;
         store
             .claim(&ClaimRequest {
                 key: &key,
@@ -300,7 +300,7 @@ fn the_metric_series_of_contract_13() {
         }
         let key = Key::new("jobs.resize", "img_2");
         let mut dead = Holder::current();
-        dead.start_time += 1;
+        dead.start_time += 2;
         store
             .claim(&ClaimRequest {
                 key: &key,

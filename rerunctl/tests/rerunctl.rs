@@ -579,7 +579,7 @@ fn big_store_on(store: &Backend) {
     store.clone_record(&template, 9_999);
     // One stuck claim among them.
     let mut dead = rerun_core::Holder::current();
-    dead.start_time += 1;
+    dead.start_time += 2;
     let stuck = Key::new("bulk.load", "stuck");
     s.claim(&rerun_core::record::ClaimRequest {
         key: &stuck,
@@ -876,7 +876,7 @@ fn claim(store: &Backend, key: &Key, holder: &rerun_core::Holder) {
 fn statuses_are_spelled_as_the_flag_takes_them_on(store: &Backend) {
     let name = store.name();
     let mut dead = rerun_core::Holder::current();
-    dead.start_time += 1;
+    dead.start_time += 2;
     claim(store, &Key::new("jobs.resize", "img_1"), &dead);
     Call::new("jobs.resize", "img_2")
         .run(&*store.open(), || Ok::<_, Error>(1))

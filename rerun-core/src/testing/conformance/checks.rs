@@ -574,7 +574,7 @@ fn stale_holder_taken<F: Factory>(factory: &F, _: &Settings) -> Result<Tally, Er
     reused_pid.pid = 1; // init: alive, but it started at another time than the holder did
     reused_pid.start_time = me.start_time.wrapping_add(12_345);
     let mut own_pid_reused = me.clone();
-    own_pid_reused.start_time = me.start_time.wrapping_add(1);
+    own_pid_reused.start_time = me.start_time.wrapping_add(2);
     for (name, holder) in [
         ("reused-pid", reused_pid),
         ("own-pid-reused", own_pid_reused),

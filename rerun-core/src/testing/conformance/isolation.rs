@@ -35,7 +35,7 @@ pub(super) fn child_contend<S: Store>(store: &S, args: &serde_json::Value) -> i3
 pub(super) fn child_judge<S: Store>(store: &S, args: &serde_json::Value) -> i32 {
     let key = crate::key::Key::new(arg(args, "scope"), "judged");
     let mut reused = crate::holder::Holder::current();
-    reused.start_time = reused.start_time.wrapping_add(1);
+    reused.start_time = reused.start_time.wrapping_add(2);
     let planted = store.claim(&crate::record::ClaimRequest {
         key: &key,
         fingerprint: &crate::fingerprint::Fingerprint::EMPTY,

@@ -185,7 +185,7 @@ fn seed<S: Store + ?Sized>(store: &S) -> Result<BTreeMap<Key, Want>, Error> {
     let alive = Holder::current();
     // Our own pid with another start time: a reused pid, provably not the holder.
     let mut reused_pid = Holder::current();
-    reused_pid.start_time = reused_pid.start_time.wrapping_add(1);
+    reused_pid.start_time = reused_pid.start_time.wrapping_add(2);
     // Init's pid with another start time: alive, but not the holder.
     let mut init_pid_reused = Holder::current();
     init_pid_reused.pid = 1;
