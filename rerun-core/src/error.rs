@@ -179,6 +179,35 @@ pub enum Error {
     },
 }
 
+/// An [`Error`] as an I/O error, so that a function returning [`std::io::Result`] can be
+/// `#[idempotent]` and `?` rerun's errors: the kind says what a caller of I/O would do about
+/// it (`WouldBlock` for a key in progress, `InvalidInput` for configuration, `InvalidData`
+/// for what cannot be encoded or decoded), and the error itself is kept inside, for
+/// [`std::io::Error::get_ref`] and `downcast`.
+///
+/// ```
+/// use rerun_core::{idempotent, MemoryStore};
+///
+/// #[idempotent(key = path, store = store)]
+/// fn write_once(store: &MemoryStore, path: &str) -> std::io::Result<u64> {
+///     Ok(path.len() as u64)
+/// }
+///
+/// assert_eq!(write_once(&MemoryStore::new(), "/tmp/out").unwrap(), 8);
+/// ```
+impl From<Error> for std::io::Error {
+    fn from(e: Error) -> std::io::Error {
+        use std::io::ErrorKind;
+        let kind = match &e {
+            Error::InProgress { .. } => ErrorKind::WouldBlock,
+            Error::Config { .. } => ErrorKind::InvalidInput,
+            Error::Codec { .. } | Error::Corrupt { .. } => ErrorKind::InvalidData,
+            _ => ErrorKind::Other,
+        };
+        std::io::Error::new(kind, e)
+    }
+}
+
 /// A duration as people read it: `30s`, `1.5s`, `250ms`, `2m 5s`, `3h 10m`.
 pub(crate) fn rounded(d: Duration) -> String {
     let ms = d.as_millis();

@@ -79,3 +79,22 @@ fn the_other_variants_are_patterns_of_their_fields() {
     let e = Error::config("a bad option");
     assert!(describe(&e).contains("a bad option"));
 }
+
+#[rerun_core::idempotent(key = name, store = store, skip(ran))]
+fn written(store: &MemoryStore, name: &str, ran: &std::cell::Cell<u32>) -> std::io::Result<usize> {
+    ran.set(ran.get() + 1);
+    Ok(name.len())
+}
+
+#[test]
+fn a_function_returning_io_result_is_idempotent_and_keeps_rerun_errors_inside() {
+    let store = MemoryStore::new();
+    let ran = std::cell::Cell::new(0);
+    assert_eq!(written(&store, "report.csv", &ran).unwrap(), 10);
+    assert_eq!(written(&store, "report.csv", &ran).unwrap(), 10);
+    assert_eq!(ran.get(), 1);
+    let e: std::io::Error = Error::config("a bad option").into();
+    assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput);
+    let inner = e.get_ref().and_then(|i| i.downcast_ref::<Error>());
+    assert!(matches!(inner, Some(Error::Config { .. })), "{e:?}");
+}

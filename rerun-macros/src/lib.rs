@@ -58,7 +58,7 @@ use proc_macro::TokenStream;
 ///
 /// | argument | meaning | default |
 /// |---|---|---|
-/// | `key = EXPR` | the dedupe key: an expression over the arguments (or `self`) whose type implements `rerun_core::IntoKey` (strings, integers, bool, char, bytes, uuids, references and tuples of these: `key = (&order.customer, order.seq)`); a literal (`key = "migrate-v3"`) makes a one-time step | required |
+/// | `key = EXPR` | the dedupe key: an expression over the arguments (or `self`) whose type implements `rerun_core::IntoKey` (strings, integers, bool, char, bytes, uuids, references and tuples of these: `key = (order.customer, order.seq)`, whose parts are borrowed, not moved); a literal (`key = "migrate-v3"`) makes a one-time step | required |
 /// | `scope = "name"` | the namespace of the key, 1 to 512 bytes without control characters; keeps records valid when the function is renamed or moved, and across compiler upgrades | the function's path: its module path and name (`billing::charge`); for a method, its `impl`'s self type and trait as well (`billing::Ledger::post`, `<billing::SendReceipt as billing::Handler>::handle`) |
 /// | `store = EXPR` | the store: `&impl Store` (sync) or `&impl AsyncStore` (async); a temporary lives for the whole call (`store = &self.pool.get()`) | the global store (`rerun_core::init`, `RERUN_STORE`, or SQLite at `.rerun/rerun.sqlite3`) |
 /// | `skip(a, b)` | arguments left out of the payload fingerprint (connections, clocks, loggers) | none |
@@ -75,7 +75,8 @@ use proc_macro::TokenStream;
 /// `serde::Serialize`. An argument written as a pattern counts as its bindings
 /// (`(a, b): (u32, u32)` as `a` and `b`, which the key may name) and `_` as none, under
 /// `#[async_trait]` too. A second call with the same key and a different payload is
-/// `Error::PayloadMismatch`. The function returns `Result<T, E>` with
+/// `Error::PayloadMismatch`. The function returns `Result<T, E>`, or an alias of it
+/// (`anyhow::Result<T>`, `std::io::Result<T>`, a `type Fallible<T>` of your own), with
 /// `T: Serialize + DeserializeOwned` (the recorded result) and `E: From<rerun_core::Error>`. An
 /// `Err` is not recorded: the next call runs the body afresh.
 ///

@@ -23,8 +23,7 @@ pub fn expand(args: &Args, item: &FnItem, plan: &Plan) -> TokenStream {
     let scope = Scope::new(&rt, args, item::params(&item.sig).0.is_some());
     let call_stmt = {
         let scope = &scope.expr;
-        let key = plan.key;
-        let key = quote_spanned!(key.span()=> &(#key));
+        let key = key_arg(plan.key);
         let payload = payload(&rt, plan);
         let options = options(&rt, args);
         quote!(let #call = #rt::call_with(#scope, #key, #payload, #options);)
@@ -45,6 +44,8 @@ pub fn expand(args: &Args, item: &FnItem, plan: &Plan) -> TokenStream {
         Shape::AsyncTrait(block) => async_trait_stmts(&block.block.stmts, plan),
         _ => (TokenStream::new(), Vec::new()),
     };
+
+    let alias = (!names_result(plan.ret)).then(|| Alias::new(plan.ret, &item.sig.ident));
 
     // The body, as a closure or a future that the runtime starts only if this call claims the key.
     let user_body = match &plan.shape {
@@ -73,6 +74,19 @@ pub fn expand(args: &Args, item: &FnItem, plan: &Plan) -> TokenStream {
             quote!(async { #rebind #(#stmts)* })
         }
     };
+    // Through an alias, the runtime sees the `Result` it stands for.
+    let user_body = match (&alias, &plan.shape) {
+        (None, _) => user_body,
+        // Spanned on the return type, so that the block's type is reported there too.
+        (Some(alias), Shape::Sync) => {
+            let into = &alias.into;
+            quote_spanned!(alias.span=> || #into((#user_body)()))
+        }
+        (Some(alias), _) => {
+            let into = &alias.into;
+            quote_spanned!(alias.span=> async { #into(#user_body.await) })
+        }
+    };
 
     let ret_span = plan.ret.span();
     // Spanned on the return type: "`Receipt` must implement `Serialize`" and "`PayError` must
@@ -98,11 +112,21 @@ pub fn expand(args: &Args, item: &FnItem, plan: &Plan) -> TokenStream {
         quote!(#store_arg, #call, #reconcile_arg #user_body),
     );
     drive_args.set_span(ret_span);
+    let mut driven = quote!(#drive #drive_args #await_);
+    let mut alias_items = TokenStream::new();
+    if let Some(alias) = alias {
+        // The `.await` and the call on the return type too: a type that is no `Result` is
+        // reported there alone.
+        let (from, span) = (alias.from, alias.span);
+        let await_ = is_async.then(|| quote_spanned!(span=> .await));
+        driven = quote_spanned!(span=> #from(#drive #drive_args #await_));
+        alias_items = alias.items;
+    }
     let run = quote! {
         #call_stmt
         #store_stmt
         #slot_stmt
-        #drive #drive_args #await_
+        #driven
     };
 
     // The default scope's marker goes at the top level of the function's own body: declared
@@ -118,11 +142,81 @@ pub fn expand(args: &Args, item: &FnItem, plan: &Plan) -> TokenStream {
                 Some(syn::Stmt::Expr(syn::Expr::Call(c), _)) => c.func.to_token_stream(),
                 _ => quote!(#rt::std::boxed::Box::pin),
             };
-            quote!(#scope_stmt #func(async move { #bind_patterns #run }))
+            quote!(#scope_stmt #func(async move { #alias_items #bind_patterns #run }))
         }
-        _ => quote!(#scope_stmt #run),
+        _ => quote!(#alias_items #scope_stmt #run),
     };
     item.to_tokens_with(Some(stmts))
+}
+
+/// Whether a return type is written `Result<…>` (by any path: `io::Result<T>`, `anyhow::Result<T>`,
+/// a local `Result<T>` alias): the runtime's bounds read `T` and `E` from it as they are.
+fn names_result(ty: &syn::Type) -> bool {
+    match ty {
+        syn::Type::Path(p) => {
+            p.qself.is_none() && p.path.segments.last().is_some_and(|s| s.ident == "Result")
+        }
+        syn::Type::Group(g) => names_result(&g.elem),
+        syn::Type::Paren(p) => names_result(&p.elem),
+        _ => false,
+    }
+}
+
+/// A return type that may be an alias of `Result` (`Fallible<T>`, `MyResult`): the value of the
+/// body and the call's go through a trait of the function's own implemented for
+/// `Result<T, E>` alone. The runtime sees `Result<T, E>` with `T` and `E` read from the alias,
+/// and a type that is no `Result` fails that one bound, at the return type, with advice.
+struct Alias {
+    /// The return type's.
+    span: proc_macro2::Span,
+    /// The trait and its one implementation, for the top of the function's body.
+    items: TokenStream,
+    /// A function from the declared type to its `Result`.
+    into: TokenStream,
+    /// A function from the `Result` to the declared type.
+    from: TokenStream,
+}
+
+impl Alias {
+    fn new(ret: &syn::Type, name: &syn::Ident) -> Alias {
+        let span = ret.span();
+        let conv = local("__RerunResult");
+        let shown = ret.to_token_stream().to_string();
+        let message = format!("an #[idempotent] function returns `Result<T, E>` so that its `Ok` can be recorded and an `Err` retried, but `{name}` returns `{shown}`, which is no `Result`");
+        let label = "not a `Result`, nor an alias of one";
+        let note = format!("write `-> Result<{shown}, rerun_core::Error>` or use your own error type; an alias of `Result` is fine");
+        let items = quote! {
+            #[diagnostic::on_unimplemented(message = #message, label = #label, note = #note)]
+            trait #conv: ::core::marker::Sized {
+                type Ok;
+                type Err;
+                fn into_result(self) -> ::core::result::Result<Self::Ok, Self::Err>;
+                fn from_result(result: ::core::result::Result<Self::Ok, Self::Err>) -> Self;
+            }
+            impl<T, E> #conv for ::core::result::Result<T, E> {
+                type Ok = T;
+                type Err = E;
+                #[inline(always)]
+                fn into_result(self) -> ::core::result::Result<T, E> {
+                    self
+                }
+                #[inline(always)]
+                fn from_result(result: ::core::result::Result<T, E>) -> Self {
+                    result
+                }
+            }
+        };
+        // Both name the declared type with one span: a type that is no `Result` is one error.
+        let ret = item::erase_impl_trait(ret);
+        let into = respan(quote!(<#ret as #conv>::into_result), span);
+        let from = respan(quote!(<#ret as #conv>::from_result), span);
+        Alias {
+            span,
+            items,
+            into,
+            from,
+        }
+    }
 }
 
 /// The statements of an `#[async_trait]` block, which begin by moving each argument into the
@@ -197,6 +291,47 @@ impl Scope {
             },
             expr: scope.to_token_stream(),
         }
+    }
+}
+
+/// The key as `call_with` borrows it, spanned on the key expression (so a type that is no key is
+/// reported there): `&(key)`, or for a tuple, at any depth, a borrowed tuple of borrows,
+/// `&(&a, (&b, &c))`. A tuple written as a value would move the arguments it names (out of a
+/// borrow, `(order.customer, order.seq)`, or before the fingerprint reads them, `(tenant, id)`);
+/// a reference encodes as the value it points to, so the key is the same.
+fn key_arg(key: &syn::Expr) -> TokenStream {
+    let span = key.span();
+    match tuple_of(key) {
+        Some(_) => {
+            let borrowed = borrowed(key);
+            quote_spanned!(span=> &#borrowed)
+        }
+        None => quote_spanned!(span=> &(#key)),
+    }
+}
+
+/// The tuple an expression is, seen through parentheses and invisible groups: `(a, b)`,
+/// `((a, b))`. The unit `()` is no tuple of parts.
+fn tuple_of(e: &syn::Expr) -> Option<&syn::ExprTuple> {
+    match e {
+        syn::Expr::Tuple(t) if !t.elems.is_empty() => Some(t),
+        syn::Expr::Paren(p) => tuple_of(&p.expr),
+        syn::Expr::Group(g) => tuple_of(&g.expr),
+        _ => None,
+    }
+}
+
+/// A part of a key, borrowed: `&(e)`, or a tuple of borrowed parts.
+fn borrowed(e: &syn::Expr) -> TokenStream {
+    match tuple_of(e) {
+        Some(t) => {
+            let parts = t.elems.iter().map(borrowed);
+            let mut out = TokenStream::new();
+            t.paren_token
+                .surround(&mut out, |out| out.extend(quote!(#(#parts,)*)));
+            out
+        }
+        None => quote_spanned!(e.span()=> &(#e)),
     }
 }
 

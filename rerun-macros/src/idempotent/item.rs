@@ -329,18 +329,6 @@ fn generic_of<'a>(ty: &'a Type, name: &str) -> Option<&'a Type> {
     })
 }
 
-/// Whether a type is `Result<…>` (`Result`, `io::Result`, `anyhow::Result`, …).
-pub fn is_result(ty: &Type) -> bool {
-    match ty {
-        Type::Path(p) => {
-            p.qself.is_none() && p.path.segments.last().is_some_and(|s| s.ident == "Result")
-        }
-        Type::Group(g) => is_result(&g.elem),
-        Type::Paren(p) => is_result(&p.elem),
-        _ => false,
-    }
-}
-
 /// The return type with every `impl Trait` replaced by `_`, usable as a closure's return type
 /// (where `impl Trait` is not allowed) while still pinning what can be pinned.
 pub fn erase_impl_trait(ty: &Type) -> Type {

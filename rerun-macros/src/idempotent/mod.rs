@@ -150,6 +150,82 @@ mod tests {
         );
     }
 
+    /// A tuple key borrows each part, at any depth; any other key is borrowed whole.
+    #[test]
+    fn tuple_keys_borrow_their_parts() {
+        let out = expand(
+            quote!(key = ((tenant, (order.customer, 7)))),
+            quote!(
+                fn f(tenant: String, order: &Order) -> Result<u64, E> {
+                    Ok(1)
+                }
+            ),
+        );
+        assert!(
+            out.contains(
+                "call_with (__rerun_scope , & (& (tenant) , (& (order . customer) , & (7) ,) ,) ,"
+            ),
+            "{out}"
+        );
+        let out = expand(
+            quote!(key = order.id),
+            quote!(
+                fn f(order: &Order) -> Result<u64, E> {
+                    Ok(1)
+                }
+            ),
+        );
+        assert!(
+            out.contains("call_with (__rerun_scope , & (order . id) ,"),
+            "{out}"
+        );
+    }
+
+    /// A return type that is not written `Result<…>` goes through a trait implemented for
+    /// `Result` alone; one written `Result<…>` does not.
+    #[test]
+    fn aliases_of_result_are_converted() {
+        let aliased = expand(
+            quote!(key = id),
+            quote!(
+                fn f(id: u64) -> Fallible<u64> {
+                    Ok(id)
+                }
+            ),
+        );
+        assert!(
+            aliased.contains("< Fallible < u64 > as __RerunResult > :: from_result"),
+            "{aliased}"
+        );
+        assert!(!aliased.contains("compile_error"), "{aliased}");
+        let plain = expand(
+            quote!(key = id),
+            quote!(
+                fn f(id: u64) -> io::Result<u64> {
+                    Ok(id)
+                }
+            ),
+        );
+        assert!(!plain.contains("__RerunResult"), "{plain}");
+        for refused in [
+            quote!(u64),
+            quote!(()),
+            quote!(String),
+            quote!(Option<u64>),
+            quote!(&'static str),
+        ] {
+            let out = expand(
+                quote!(key = id),
+                quote!(
+                    fn f(id: u64) -> #refused {
+                        todo!()
+                    }
+                ),
+            );
+            assert!(out.contains("compile_error"), "{out}");
+        }
+    }
+
     /// No input makes the macro panic: malformed attributes and items become compile errors.
     #[test]
     fn never_panics() {

@@ -194,7 +194,10 @@ fn return_type<'a>(item: &'a FnItem, shape: &Shape<'a>, errors: &mut Errors) -> 
             .as_ref()
             .is_some_and(|b| item::boxed_async_block(b).is_some());
     match declared {
-        Some(ty) if item::is_result(ty) => Some(ty),
+        // `Result<T, E>`, or a path that may name an alias of it (`Fallible<T>`, `MyResult`):
+        // `T` and `E` are inferred from it by the runtime's bounds, which report a type that
+        // is no `Result` at the return type.
+        Some(ty) if !by_hand && may_be_result(ty) => Some(ty),
         Some(ty) => {
             let shown = ty.to_token_stream().to_string();
             let advice = if by_hand || names_future(ty) {
@@ -204,9 +207,6 @@ fn return_type<'a>(item: &'a FnItem, shape: &Shape<'a>, errors: &mut Errors) -> 
             } else if let Type::Never(_) = ty {
                 // `Result<!, E>` would need the unstable never type.
                 "a function that never returns has no outcome to record; remove `#[idempotent]`, or return `Result<(), rerun_core::Error>` (or your own error type) when it is done".to_owned()
-            } else if maybe_alias(ty) {
-                // Perhaps an alias of `Result`, which the macro cannot see through.
-                format!("if `{shown}` stands for a `Result`, write that `Result<…>` out (the macro reads `T` and `E` from it); else write `-> Result<{shown}, rerun_core::Error>` or use your own error type")
             } else {
                 format!("write `-> Result<{shown}, rerun_core::Error>` or use your own error type")
             };
@@ -226,6 +226,28 @@ fn return_type<'a>(item: &'a FnItem, shape: &Shape<'a>, errors: &mut Errors) -> 
     }
 }
 
+/// Whether `ty` may be a `Result`: `Result<…>` by any path (`io::Result<T>`, `anyhow::Result<T>`),
+/// or a path that may name an alias of it (`Fallible<T>`, `MyResult`, `<X as Op>::Output`). Not
+/// a standard type a function commonly returns (`u64`, `String`, `Option<T>`, `Vec<T>`), a
+/// future, or a type of another kind (`()`, `&T`, `[T]`, `impl Trait`, `!`): the macro refuses
+/// those at once, with advice.
+fn may_be_result(ty: &Type) -> bool {
+    const STANDARD: [&str; 33] = [
+        "bool", "char", "str", "String", "u8", "u16", "u32", "u64", "u128", "usize", "i8", "i16",
+        "i32", "i64", "i128", "isize", "f32", "f64", "Option", "Vec", "VecDeque", "Box", "Arc",
+        "Rc", "HashMap", "HashSet", "BTreeMap", "BTreeSet", "Cow", "Pin", "PathBuf", "Duration",
+        "Ordering",
+    ];
+    match ty {
+        Type::Path(p) => p.path.segments.last().is_some_and(|s| {
+            s.ident == "Result" || (!STANDARD.iter().any(|n| s.ident == n) && !names_future(ty))
+        }),
+        Type::Group(g) => may_be_result(&g.elem),
+        Type::Paren(p) => may_be_result(&p.elem),
+        _ => false,
+    }
+}
+
 /// Whether `ty` names a `Future` anywhere (`impl Future<…>`, `Pin<Box<dyn Future<…>>>`,
 /// `BoxFuture<…>`).
 fn names_future(ty: &Type) -> bool {
@@ -239,24 +261,6 @@ fn names_future(ty: &Type) -> bool {
     let mut finds = Finds(false);
     finds.visit_type(ty);
     finds.0
-}
-
-/// Whether `ty` could be a user's alias of `Result`: a path that is not one of the standard
-/// types a function commonly returns.
-fn maybe_alias(ty: &Type) -> bool {
-    const STANDARD: [&str; 26] = [
-        "bool", "char", "str", "String", "u8", "u16", "u32", "u64", "u128", "usize", "i8", "i16",
-        "i32", "i64", "i128", "isize", "f32", "f64", "Option", "Vec", "Box", "Arc", "Rc",
-        "HashMap", "BTreeMap", "Cow",
-    ];
-    match ty {
-        Type::Path(p) => p
-            .path
-            .segments
-            .last()
-            .is_some_and(|s| !STANDARD.iter().any(|n| s.ident == n)),
-        _ => false,
-    }
 }
 
 /// A key must depend on the call: a key over none of the arguments would give every call one

@@ -39,6 +39,19 @@ pub fn state_changing(attr: TokenStream, input: TokenStream) -> TokenStream {
     let out = match syn::parse2::<Item>(input.clone()) {
         Ok(Item::Impl(mut block)) => {
             for item in &mut block.items {
+                if let ImplItem::Macro(m) = item {
+                    // The methods a macro writes appear only after this attribute has run.
+                    let name = m
+                        .mac
+                        .path
+                        .segments
+                        .last()
+                        .map_or_else(String::new, |s| s.ident.to_string());
+                    errors.spanned(
+                        &m.mac,
+                        format!("`#[state_changing]` on this `impl` block cannot see the methods that `{name}!` writes, so it cannot check them; call `{name}!` in an `impl` block of its own, and mark each state-changing method it writes on its own: `#[state_changing]` with `#[idempotent(key = …)]` or `#[converges(\"why running it twice is safe\")]`"),
+                    );
+                }
                 if let ImplItem::Fn(f) = item {
                     // A nested `#[state_changing]` on a method is redundant under the block's.
                     f.attrs
