@@ -214,7 +214,7 @@ impl IdempotencyLayer {
         self
     }
 
-    /// How long a request's claim holds without renewal (default 30 s, at least 1 s); it is
+    /// How long a request's claim holds without renewal (default 30 s, at least 100 ms); it is
     /// renewed while the handler runs, so it bounds how long a crashed server's keys stay in
     /// progress, not how long a handler may take.
     pub fn lease(mut self, lease: Duration) -> IdempotencyLayer {

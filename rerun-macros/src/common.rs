@@ -318,12 +318,12 @@ pub fn optional_ms(m: Option<&Millis>) -> TokenStream {
 /// The longest `ttl`, `lease`, `wait` or `settle`: 100 years of 365 days, as the runtime
 /// checks it.
 pub const MAX_DURATION_SECS: u64 = 3_153_600_000;
-/// The shortest `lease`, as the runtime checks it.
-pub const MIN_LEASE_SECS: u64 = 1;
+/// The shortest `lease` in milliseconds, as the runtime checks it.
+pub const MIN_LEASE_MS: u64 = 100;
 
 /// Parses a humantime duration (`"24h"`, `"30s"`, `"7d"`, `"1h 30m"`) at compile time, and
 /// checks it against the limits the runtime enforces: every duration at most
-/// [`MAX_DURATION_SECS`], a `lease` at least [`MIN_LEASE_SECS`], a `ttl` greater than zero.
+/// [`MAX_DURATION_SECS`], a `lease` at least [`MIN_LEASE_MS`], a `ttl` greater than zero.
 pub fn duration(lit: &LitStr, name: &str) -> Result<Millis, Error> {
     let text = lit.value();
     let fail = |message: String| Error::new(lit.span(), message);
@@ -337,9 +337,9 @@ pub fn duration(lit: &LitStr, name: &str) -> Result<Millis, Error> {
             "`{name} = {text:?}` is longer than the maximum duration of 100 years of 365 days; write `{name} = \"36500d\"` or less"
         )));
     }
-    if name == "lease" && parsed < Duration::from_secs(MIN_LEASE_SECS) {
+    if name == "lease" && parsed < Duration::from_millis(MIN_LEASE_MS) {
         return Err(fail(format!(
-            "`lease = {text:?}` is below the minimum lease of {MIN_LEASE_SECS}s: a lease must outlast a store round trip and a scheduling stall; write `lease = \"{MIN_LEASE_SECS}s\"` or more"
+            "`lease = {text:?}` is below the minimum lease of {MIN_LEASE_MS}ms: a lease must outlast a store round trip and a scheduling stall; write `lease = \"{MIN_LEASE_MS}ms\"` or more"
         )));
     }
     if name == "ttl" && parsed.is_zero() {
@@ -498,9 +498,11 @@ mod tests {
         // humantime's years have 365.25 days.
         assert!(ms("wait", "100y").is_err());
         assert!(ms("lease", "36501d").is_err());
-        let short = ms("lease", "500ms").unwrap_err();
-        assert_eq!(short, "`lease = \"500ms\"` is below the minimum lease of 1s: a lease must outlast a store round trip and a scheduling stall; write `lease = \"1s\"` or more");
-        assert!(ms("lease", "999ms").is_err());
+        let short = ms("lease", "50ms").unwrap_err();
+        assert_eq!(short, "`lease = \"50ms\"` is below the minimum lease of 100ms: a lease must outlast a store round trip and a scheduling stall; write `lease = \"100ms\"` or more");
+        assert!(ms("lease", "99ms").is_err());
+        assert_eq!(ms("lease", "100ms"), Ok(100));
+        assert_eq!(ms("lease", "500ms"), Ok(500));
         assert!(ms("lease", "0s").is_err());
         let zero = ms("ttl", "0s").unwrap_err();
         assert!(zero.contains("greater than zero"), "{zero}");

@@ -63,7 +63,7 @@ use proc_macro::TokenStream;
 /// | `store = EXPR` | the store: `&impl Store` (sync) or `&impl AsyncStore` (async); a temporary lives for the whole call (`store = &self.pool.get()`) | the global store (`rerun_core::init`, `RERUN_STORE`, or SQLite at `.rerun/rerun.sqlite3`) |
 /// | `skip(a, b)` | arguments left out of the payload fingerprint (connections, clocks, loggers) | none |
 /// | `ttl = "24h"` | how long a completed record is kept and replayed (humantime syntax, parsed at compile time); greater than zero | `24h` |
-/// | `lease = "30s"` | how long a claim holds without renewal; renewed while the body runs; at least `1s` | `30s` |
+/// | `lease = "30s"` | how long a claim holds without renewal; renewed while the body runs; at least `100ms` (short leases are for tests) | `30s` |
 /// | `wait = "10s"` | on finding the key in progress, wait up to this long for its result instead of returning `Error::InProgress`; may be `0s` | no waiting |
 /// | `once` | at most once: the body never starts twice for one key; an attempt that died mid-body makes the next call `Error::OutcomeUnknown` | off (replayable) |
 /// | `reconcile = path` | with `once`: called instead when an earlier attempt died mid-body, returns `Result<Reconciled<T>, E>` (`Done(t)` records `t`; `NotDone` runs the body) | none |
@@ -220,8 +220,8 @@ use proc_macro::TokenStream;
 /// - a repeated argument: ``ttl` is given twice; keep one `ttl = "24h"` and remove this one``
 /// - a bad duration: ``ttl = "3 fortnights"` is not a duration (unknown time unit …); write it
 ///   like `ttl = "30s"`, `"24h"` or `"7d"` ``
-/// - a duration out of range: ``lease = "500ms"` is below the minimum lease of 1s: a lease must
-///   outlast a store round trip and a scheduling stall; write `lease = "1s"` or more``
+/// - a duration out of range: ``lease = "50ms"` is below the minimum lease of 100ms: a lease must
+///   outlast a store round trip and a scheduling stall; write `lease = "100ms"` or more``
 /// - a scope that is empty, longer than 512 bytes or holds a control character: ``a scope cannot
 ///   contain control characters and this one has `\n` at byte 7; remove it, as in
 ///   `scope = "billing.charge"` ``

@@ -7,10 +7,12 @@ use std::time::Duration;
 /// needs).
 pub const MAX_DURATION: Duration = Duration::from_secs(100 * 365 * 86_400);
 
-/// The shortest lease: a lease must outlast a store round trip and a scheduling stall (a busy
-/// core, a garbage-collection pause of a neighbour); below a second, a healthy holder could
-/// lose its claim to a hiccup.
-pub const MIN_LEASE: Duration = Duration::from_secs(1);
+/// The shortest lease, 100 ms: it is renewed every third of itself, and a store call made for
+/// it gives up after a third of it, so it must outlast a round trip to the store. Leases under
+/// a few seconds suit tests of lease expiry; in production a scheduling stall of a third of
+/// the lease (a busy core, a garbage-collection pause of a neighbour) costs a healthy holder
+/// its claim, so keep the default 30 s or a lease well above your worst stall.
+pub const MIN_LEASE: Duration = Duration::from_millis(100);
 
 /// How a call is run: the arguments `ttl`, `lease`, `wait`, `once` and `settle` of
 /// `#[idempotent]` (the last, how long a reconcile waits for an earlier attempt's effects to
@@ -140,7 +142,7 @@ impl Options {
         }
         if self.lease < MIN_LEASE {
             return Err(format!(
-                "lease = {:?} is below the minimum lease of 1s: a lease must outlast a store round trip and a scheduling stall; use `lease(Duration::from_secs(1))` or more",
+                "lease = {:?} is below the minimum lease of 100ms: a lease must outlast a store round trip and a scheduling stall; use `lease(Duration::from_millis(100))` or more",
                 self.lease
             ));
         }

@@ -558,7 +558,7 @@ fn body_fails<F: Factory>(factory: &F, _: &Settings) -> Result<Tally, Error> {
 fn live_holder_kept<F: Factory>(factory: &F, _: &Settings) -> Result<Tally, Error> {
     let mut t = Tally::default();
     let (store, _) = factory.fresh()?;
-    let lease = crate::runtime::MIN_LEASE;
+    let lease = super::SHORT_LEASE;
     super::faults::long_body_kept(&store, &scope(), lease, lease * 3, 8, &mut t);
     Ok(t)
 }

@@ -10,11 +10,11 @@ use std::time::{Duration, Instant};
 use super::report::Tally;
 use super::values::{random_keys, random_results, KeyModel};
 use super::wrappers::{FailsFirstComplete, FailsFirstRelease, LateClaims, PanicsOnce, Stalling};
-use super::{unique, Factory, Settings};
+use super::{unique, Factory, Settings, SHORT_LEASE};
 use crate::codec;
 use crate::error::Error;
 use crate::key::Key;
-use crate::runtime::{Call, MIN_LEASE};
+use crate::runtime::Call;
 use crate::store::memory::MemoryStore;
 use crate::store::{call_deadline, Store};
 
@@ -138,7 +138,7 @@ fn beside<R>(neighbour: &dyn Store, lease: Duration, during: impl FnOnce() -> R)
 pub(super) fn hung_neighbour<F: Factory>(factory: &F, _: &Settings) -> Result<Tally, Error> {
     let (store, _) = factory.fresh()?;
     let scope = unique("conformance");
-    let lease = MIN_LEASE;
+    let lease = SHORT_LEASE;
     let stalling = Stalling::new(Arc::new(MemoryStore::new()));
     let (mut t, neighbour) = {
         let mut t = Tally::default();
@@ -162,7 +162,7 @@ pub(super) fn panicking_renew<F: Factory>(factory: &F, _: &Settings) -> Result<T
     let (store, _) = factory.fresh()?;
     let wrapped = PanicsOnce::new(store.shared());
     let mut t = Tally::default();
-    let lease = MIN_LEASE;
+    let lease = SHORT_LEASE;
     long_body_kept(
         &wrapped,
         &unique("conformance"),
@@ -190,7 +190,7 @@ pub(super) fn panicking_renew<F: Factory>(factory: &F, _: &Settings) -> Result<T
 /// `once` call too, whose body never began.
 pub(super) fn late_claim<F: Factory>(factory: &F, _: &Settings) -> Result<Tally, Error> {
     let (store, _) = factory.fresh()?;
-    let lease = MIN_LEASE;
+    let lease = SHORT_LEASE;
     let late = LateClaims::new(store.shared(), lease + lease / 10);
     let scope = unique("conformance");
     let mut t = Tally::default();
@@ -242,7 +242,7 @@ pub(super) fn failed_release<F: Factory>(factory: &F, _: &Settings) -> Result<Ta
         let failing = FailsFirstRelease::new(store.shared());
         let bodies = AtomicU64::new(0);
         let call = |store: &dyn Store, fails: bool| {
-            let call = Call::with_key(key.clone()).lease(MIN_LEASE * 30);
+            let call = Call::with_key(key.clone()).lease(SHORT_LEASE * 30);
             let call = if once { call.once() } else { call };
             value_of(call.run(store, || {
                 bodies.fetch_add(1, Ordering::SeqCst);
@@ -307,7 +307,7 @@ pub(super) fn failed_completion<F: Factory>(factory: &F, _: &Settings) -> Result
             let failing = FailsFirstComplete::new(store.shared(), lands);
             let bodies = AtomicU64::new(0);
             let call = |store: &dyn Store| {
-                let call = Call::with_key(key.clone()).lease(MIN_LEASE * 30);
+                let call = Call::with_key(key.clone()).lease(SHORT_LEASE * 30);
                 let call = if once { call.once() } else { call };
                 call.run(store, || {
                     bodies.fetch_add(1, Ordering::SeqCst);
@@ -483,7 +483,7 @@ fn hung_store_in<F: Factory>(factory: &F, mode: Mode) -> Result<Tally, Error> {
     });
     t.merge(healthy_tally);
     // Meanwhile (and after), a healthy store of the same kind keeps its claims.
-    long_body_kept(&healthy, &scope, MIN_LEASE, MIN_LEASE * 3, 2, &mut t);
+    long_body_kept(&healthy, &scope, SHORT_LEASE, SHORT_LEASE * 3, 2, &mut t);
     let after = *returned_after.lock().unwrap_or_else(|p| p.into_inner());
     match after {
         Some(after) => {

@@ -84,6 +84,10 @@ pub trait Hang: Send + Sync {
     fn op_timeout(&self) -> std::time::Duration;
 }
 
+/// The lease of the checks that wait one out: long enough for a claim on a loaded machine to
+/// be renewed in time, short enough to wait out.
+pub(super) const SHORT_LEASE: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// A name unique in this machine's recent history, for files, tables and prefixes.
 pub fn unique(prefix: &str) -> String {
     static N: AtomicU64 = AtomicU64::new(0);

@@ -380,7 +380,7 @@ fn zombie_holder<F: Factory>(factory: &F, _: &Settings) -> Result<Tally, Error> 
     let (store, locator) = factory.fresh()?;
     let scope = unique("conformance");
     let go = std::env::temp_dir().join(unique("rerun-go"));
-    let lease = crate::runtime::MIN_LEASE;
+    let lease = super::SHORT_LEASE;
     let mut kid = start_holder(&locator, &scope, &go, lease)?;
     kid.signal(Signal::SIGSTOP);
     std::thread::sleep(lease + Duration::from_millis(500));
