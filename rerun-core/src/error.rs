@@ -181,7 +181,7 @@ pub enum Error {
 
 /// An [`Error`] as an I/O error, so that a function returning [`std::io::Result`] can be
 /// `#[idempotent]` and `?` rerun's errors: the kind says what a caller of I/O would do about
-/// it (`WouldBlock` for a key in progress, `InvalidInput` for configuration, `InvalidData`
+/// it (`ResourceBusy` for a key in progress, `InvalidInput` for configuration, `InvalidData`
 /// for what cannot be encoded or decoded), and the error itself is kept inside, for
 /// [`std::io::Error::get_ref`] and `downcast`.
 ///
@@ -199,7 +199,8 @@ impl From<Error> for std::io::Error {
     fn from(e: Error) -> std::io::Error {
         use std::io::ErrorKind;
         let kind = match &e {
-            Error::InProgress { .. } => ErrorKind::WouldBlock,
+            // Not `WouldBlock`, which async I/O reads as "not ready yet, poll again".
+            Error::InProgress { .. } => ErrorKind::ResourceBusy,
             Error::Config { .. } => ErrorKind::InvalidInput,
             Error::Codec { .. } | Error::Corrupt { .. } => ErrorKind::InvalidData,
             _ => ErrorKind::Other,

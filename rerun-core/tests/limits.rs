@@ -51,13 +51,18 @@ fn durations_outside_the_limits_are_config_errors() {
         &store,
     );
     refused(Call::new("s", "lease").lease(MAX_DURATION * 2), &store);
-    // At the limits, calls run.
-    Call::new("s", "edges")
-        .ttl(MAX_DURATION)
-        .lease(MIN_LEASE)
-        .wait(Duration::ZERO)
-        .run(&store, || Ok::<_, Error>(1))
-        .unwrap();
+    // At the limits, calls run. (A claim answered after its lease could have ended is given
+    // back unrun, and with the shortest lease a stall of a loaded machine can do that: tried
+    // a few times.)
+    let edges = || {
+        Call::new("s", "edges")
+            .ttl(MAX_DURATION)
+            .lease(MIN_LEASE)
+            .wait(Duration::ZERO)
+            .run(&store, || Ok::<_, Error>(1))
+    };
+    let ran = (0..5).any(|_| edges().is_ok());
+    assert!(ran, "{:?}", edges());
     assert!(store.inspect(&Key::new("s", "edges")).unwrap().is_some());
 }
 

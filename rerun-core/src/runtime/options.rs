@@ -7,11 +7,13 @@ use std::time::Duration;
 /// needs).
 pub const MAX_DURATION: Duration = Duration::from_secs(100 * 365 * 86_400);
 
-/// The shortest lease, 100 ms: it is renewed every third of itself, and a store call made for
-/// it gives up after a third of it, so it must outlast a round trip to the store. Leases under
-/// a few seconds suit tests of lease expiry; in production a scheduling stall of a third of
-/// the lease (a busy core, a garbage-collection pause of a neighbour) costs a healthy holder
-/// its claim, so keep the default 30 s or a lease well above your worst stall.
+/// The shortest lease, 100 ms. A lease is renewed every third of itself, a store call made for
+/// it gives up after a third of it, and a claim answered after the lease could have ended is
+/// given back unrun, so a lease must outlast a round trip to the store (a new connection's
+/// included) and a scheduling stall. Leases under a few seconds suit tests of lease expiry on
+/// a local store; in production a stall of a third of the lease (a busy core, a
+/// garbage-collection pause of a neighbour) costs a healthy holder its claim, so keep the
+/// default 30 s or a lease well above your worst stall.
 pub const MIN_LEASE: Duration = Duration::from_millis(100);
 
 /// How a call is run: the arguments `ttl`, `lease`, `wait`, `once` and `settle` of

@@ -356,7 +356,7 @@ async fn record<B: Backend, T: Serialize + DeserializeOwned>(
         }
     };
     let lease = held.settle();
-    let completed = complete(backend, &held.claim, &bytes, ttl, &lease).await;
+    let completed = complete(backend, &held.claim, &bytes, ttl, &lease, &mut held.armed).await;
     match completed {
         Ok(()) => {
             checkpoint::hit(Point::Recorded);
@@ -401,9 +401,10 @@ async fn record<B: Backend, T: Serialize + DeserializeOwned>(
     }
 }
 
-/// A failed completion is tried again only when it failed within this: an answer (a closed
-/// connection, a server restarting), not a store that let the time limit run out, which
-/// would likely hold up the next attempt as long.
+/// A failed completion is tried again only when it failed within this (and within a sixth of
+/// the lease, which bounds the store's time limit for it to a third): an answer (a closed
+/// connection, a server restarting), not a store that let its time limit run out, which would
+/// likely hold up the next attempt as long.
 const QUICK_FAILURE: Duration = Duration::from_millis(500);
 
 /// Sends the completion, and again after [`RETRY_PAUSES`] while it fails quickly with an error
@@ -413,13 +414,18 @@ const QUICK_FAILURE: Duration = Duration::from_millis(500);
 ///
 /// A completion is fenced, so another attempt can record nothing but this claim's result. An
 /// attempt whose answer was lost may have landed, and then the next one is refused as
-/// `LeaseLost`: the record says which, completed with this claim's fence or not.
+/// `LeaseLost`: the record says which. Completed with this claim's fence, the result is
+/// recorded; another claim's, the lease was lost; gone or unreadable, nobody can say, and the
+/// first failure is the answer. While it waits between attempts the claim is armed (`armed`),
+/// so that a call dropped there (a timeout around it, an aborted task) gives it back through
+/// the keeper: fenced too, so refused if an attempt landed after all.
 async fn complete<B: Backend>(
     backend: &B,
     claim: &Claim,
     result: &[u8],
     ttl: Duration,
     lease: &LeaseState,
+    armed: &mut bool,
 ) -> Result<(), Error> {
     let attempt = || {
         telemetry::store_op(
@@ -428,34 +434,38 @@ async fn complete<B: Backend>(
             backend.complete(claim, result, ttl),
         )
     };
+    let quick = QUICK_FAILURE.min(claim.lease / 6);
     let mut sent = Instant::now();
     let mut outcome = attempt().await;
-    let mut tried_again = false;
+    let mut first_failure = None;
     for pause in RETRY_PAUSES {
-        match &outcome {
-            Err(e)
-                if e.is_retryable()
-                    && !matches!(e, Error::LeaseLost { .. })
-                    && sent.elapsed() < QUICK_FAILURE
-                    && lease.holds_for(pause) =>
-            {
-                tracing::debug!(key = %telemetry::key_field(&claim.key), error = %telemetry::error_field(e), "rerun: recording the result failed; trying again");
-                backend.sleep(pause).await;
-                tried_again = true;
-                sent = Instant::now();
-                outcome = attempt().await;
-            }
-            _ => break,
+        let again = matches!(&outcome, Err(e) if e.is_retryable() && !matches!(e, Error::LeaseLost { .. }))
+            && sent.elapsed() < quick
+            && lease.holds_for(pause);
+        if !again {
+            break;
         }
-    }
-    if tried_again && matches!(outcome, Err(Error::LeaseLost { .. })) {
-        if let Ok(Some(record)) = backend.inspect(&claim.key).await {
-            if record.status == Status::Completed && record.fence == claim.fence {
-                return Ok(());
-            }
+        if let Err(e) = &outcome {
+            tracing::debug!(key = %telemetry::key_field(&claim.key), error = %telemetry::error_field(e), "rerun: recording the result failed; trying again");
         }
+        *armed = true;
+        backend.sleep(pause).await;
+        *armed = false;
+        let failed = std::mem::replace(&mut outcome, Ok(()));
+        if first_failure.is_none() {
+            first_failure = failed.err();
+        }
+        sent = Instant::now();
+        outcome = attempt().await;
     }
-    outcome
+    match (outcome, first_failure) {
+        (Err(Error::LeaseLost { key }), Some(first)) => match backend.inspect(&claim.key).await {
+            Ok(Some(r)) if r.fence == claim.fence && r.status == Status::Completed => Ok(()),
+            Ok(Some(_)) => Err(Error::LeaseLost { key }),
+            _ => Err(first),
+        },
+        (outcome, _) => outcome,
+    }
 }
 
 /// Runs one call: claim-or-fetch, then the body (or the reconcile function), then record; and

@@ -209,6 +209,10 @@ impl Store for FailsFirstRelease {
     }
 }
 
+/// How long a store may take to record the result that [`FailsFirstComplete`] then fails,
+/// for the failure to still be one the runtime tries again (see `runtime::steps`).
+pub(super) const SLOW_LANDING: Duration = Duration::from_millis(400);
+
 /// A store whose first `complete` fails with a retryable error, as a connection that died
 /// while the body ran would make it; every later one goes through. With `lands`, that first
 /// completion is recorded before it fails: its answer was what got lost.
@@ -217,6 +221,7 @@ pub(super) struct FailsFirstComplete {
     inner: Arc<dyn Store>,
     armed: Arc<AtomicBool>,
     lands: bool,
+    slow: Arc<AtomicBool>,
 }
 
 impl FailsFirstComplete {
@@ -225,9 +230,18 @@ impl FailsFirstComplete {
             inner,
             armed: Arc::new(AtomicBool::new(true)),
             lands,
+            slow: Arc::new(AtomicBool::new(false)),
         }
     }
+
+    /// Whether recording the result that then failed took longer than [`SLOW_LANDING`] (a
+    /// loaded machine's sync to disk), so that the runtime need not have tried again.
+    pub(super) fn landed_slowly(&self) -> bool {
+        self.slow.load(Ordering::SeqCst)
+    }
 }
+
+crate::store::async_via_sync!(FailsFirstComplete);
 
 impl Store for FailsFirstComplete {
     forward_the_rest!(inner);
@@ -243,7 +257,11 @@ impl Store for FailsFirstComplete {
     fn complete(&self, claim: &Claim, result: &[u8], ttl: Duration) -> Result<(), Error> {
         if self.armed.swap(false, Ordering::SeqCst) {
             if self.lands {
+                let started = std::time::Instant::now();
                 self.inner.complete(claim, result, ttl)?;
+                if started.elapsed() > SLOW_LANDING {
+                    self.slow.store(true, Ordering::SeqCst);
+                }
             }
             return Err(Error::store_msg(
                 Some(&claim.key),
