@@ -9,14 +9,14 @@ use crate::commands::{completions, forget, ls, purge, recover, show, stats};
 /// The exit status section of `--help`, also in the crate docs and the README.
 const EXIT_STATUS: &str = "\
 Exit status:
-  0  success (an `ls` that matches nothing is a success with an empty list; so is
-     any command on a store that does not exist yet: a warning says so, nothing is
-     created, and it reads as an empty store)
+  0  success (an `ls` that matches nothing is a success with an empty list; so are
+     `ls` and `stats` on a store that does not exist yet: a warning says so, nothing
+     is created, and it reads as an empty store)
   1  the record was not found; a safety check refused (a live claim without --force,
      no --yes and no terminal to ask on, a \"no\" at the prompt, a record of a newer
      rerun without --force)
-  2  bad usage (unknown flags, a store URL that names no usable store, a store of
-     another schema version) or a store error (unreachable server, refused credentials, a
+  2  bad usage (unknown flags, a store URL that names no usable store, `recover` or
+     `purge` of a store that does not exist, a store of another schema version) or a store error (unreachable server, refused credentials, a
      record that is corrupt or was written by a newer rerun: `show` prints what it can
      read, `ls` lists the records it could read, `recover` prints its summary, then
      each exits 2)
@@ -25,7 +25,8 @@ Keys print as the commands take them: a plain text as itself (evt_42), a text th
 reads as something else in quotes ('\"42\"'), numbers bare (42), tuples in parentheses
 ('(cus_1, 42)'), bytes in hex (0xab01). A plain text key can also be typed as itself
 (1001, a UUID): when the text reads as no key, or as a key with no record, `show`
-and `forget` look up its text key.
+looks up its text key; `forget` takes only the key the text reads as, and says how to
+type the text key when that one has the record.
 
 Statuses print as --status takes them: in-progress, completed, unknown, released.
 

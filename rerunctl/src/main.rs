@@ -37,7 +37,8 @@
 //! No SQLite file at the path (the default `.rerun/rerun.sqlite3` included), or no rerun table
 //! in the PostgreSQL database: nothing is created, a warning on stderr says that nothing
 //! exists there, and the commands see an empty store (`ls` and `stats` succeed with nothing,
-//! `show` and `forget` find nothing, `recover` and `purge` do nothing).
+//! `show` and `forget` find nothing); `recover` and `purge`, which set out to change it, are
+//! refused (exit 2).
 //!
 //! ## Exit status
 //!

@@ -7,8 +7,9 @@
 //! A store that does not exist yet (no SQLite file at the path, no rerun table in the
 //! PostgreSQL database) holds no record: it is not created, a warning on stderr says that
 //! nothing exists there, and the commands run on an empty store of this process's memory
-//! instead, so that `ls` lists nothing, `stats` counts nothing, `show` and `forget` find
-//! nothing, and `recover` and `purge` do nothing.
+//! instead, so that `ls` lists nothing, `stats` counts nothing, and `show` and `forget` find
+//! nothing. `recover` and `purge`, which set out to change the store, are refused instead
+//! ([`open_to_change`]).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -48,6 +49,25 @@ impl Opened {
 /// Opens the existing store that `flag` (`--store`), `RERUN_STORE` or the default names, as it
 /// is.
 pub fn open(flag: Option<&str>) -> Result<Opened, Failure> {
+    open_as(flag, Purpose::Read)
+}
+
+/// [`open`], for a command that sets out to change the store (`recover`, `purge`): a store
+/// that does not exist is refused (exit 2), not read as empty. A recovery run from the wrong
+/// directory, or of a mistyped path, that "recovered nothing" with success would leave the
+/// claims it was meant for stuck, and a scheduled one would do so for good.
+pub fn open_to_change(flag: Option<&str>) -> Result<Opened, Failure> {
+    open_as(flag, Purpose::Change)
+}
+
+/// What a command opens a store for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Purpose {
+    Read,
+    Change,
+}
+
+fn open_as(flag: Option<&str>, purpose: Purpose) -> Result<Opened, Failure> {
     let (url, source) = choose(flag)?;
     let secrets = secrets_of(&url);
     let shown = rerun_core::redact(&url);
@@ -79,6 +99,13 @@ pub fn open(flag: Option<&str>) -> Result<Opened, Failure> {
     };
     let Missing { name, why } = missing;
     let name = scrub(name);
+    if purpose == Purpose::Change {
+        return Err(Failure::usage(format!(
+            "nothing exists at {name}: {}; there is nothing to change, and nothing was created",
+            scrub(why)
+        ))
+        .help(missing_hint(source)));
+    }
     warn_missing(&name, &scrub(why), source);
     Ok(Opened {
         name,
@@ -97,7 +124,15 @@ struct Missing {
 /// The warning for a store that does not exist yet, on stderr (a script reading `--json` on
 /// stdout gets its usual document).
 fn warn_missing(name: &str, why: &str, source: Source) {
-    let hint = match source {
+    crate::output::note(&format!(
+        "warning: nothing exists at {name}: {why}; nothing was created, and it reads as an empty store"
+    ));
+    crate::output::note(&format!("  help: {}", missing_hint(source)));
+}
+
+/// What to do about a store that does not exist yet.
+fn missing_hint(source: Source) -> String {
+    match source {
         Source::Default => format!(
             "a service of rerun creates its store when it first starts; if yours already runs, run rerunctl in the directory it runs in, or {STORE_FORMS}"
         ),
@@ -105,11 +140,7 @@ fn warn_missing(name: &str, why: &str, source: Source) {
             "a service of rerun creates its store when it first starts; if yours already runs, check the URL ({})",
             origin(source)
         ),
-    };
-    crate::output::note(&format!(
-        "warning: nothing exists at {name}: {why}; nothing was created, and it reads as an empty store"
-    ));
-    crate::output::note(&format!("  help: {hint}"));
+    }
 }
 
 /// The URL to open and where it came from.

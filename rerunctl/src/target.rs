@@ -22,6 +22,8 @@ pub struct Target {
     parsed: Result<Key, String>,
     /// The text as a plain string key.
     as_text: Key,
+    /// The text is in double quotes: a text key written out (`"42"`).
+    quoted: bool,
 }
 
 impl Target {
@@ -29,6 +31,8 @@ impl Target {
     /// reads as first, then the string key of the same text.
     pub fn candidates(&self) -> Vec<&Key> {
         match &self.parsed {
+            // Typed in quotes, the text says it is a text key: no other is looked up.
+            Ok(parsed) if self.quoted => vec![parsed],
             Ok(parsed) if *parsed != self.as_text => vec![parsed, &self.as_text],
             Ok(parsed) => vec![parsed],
             Err(_) => vec![&self.as_text],
@@ -70,6 +74,7 @@ pub fn parse(scope: &OsStr, key: &OsStr) -> Result<Target, Failure> {
     Ok(Target {
         parsed: Key::parse(scope.to_owned(), text).map_err(|e| e.to_string()),
         as_text: Key::new(scope.to_owned(), text),
+        quoted: text.trim_start().starts_with('"'),
     })
 }
 
@@ -88,24 +93,55 @@ pub struct Found {
 /// 1); a store error is one (exit 2).
 pub fn find(opened: &Opened, target: &Target) -> Result<Found, Failure> {
     for key in target.candidates() {
-        match opened.store.inspect(key) {
-            Ok(Some(record)) => {
-                return Ok(Found {
-                    key: key.clone(),
-                    record: Ok(record),
-                })
-            }
-            Ok(None) => {}
-            Err(e @ rerun_core::Error::Corrupt { .. }) => {
-                return Ok(Found {
-                    key: key.clone(),
-                    record: Err(e),
-                })
-            }
-            Err(e) => return Err(opened.failure("reading the record", e)),
+        if let Some(found) = find_key(opened, key)? {
+            return Ok(found);
         }
     }
     Err(not_found(opened, target))
+}
+
+/// [`find`] for a command that changes the record (`forget`): only the key the text reads as,
+/// or its string key when it reads as none. The string key of a text that reads as another key
+/// is never taken in its place: the same command run twice would change two records (`7`,
+/// then the text key `"7"` once the number is gone). When that string key has a record, the
+/// failure says how to type it.
+pub fn find_exact(opened: &Opened, target: &Target) -> Result<Found, Failure> {
+    let Ok(parsed) = &target.parsed else {
+        return find(opened, target);
+    };
+    if let Some(found) = find_key(opened, parsed)? {
+        return Ok(found);
+    }
+    if *parsed != target.as_text && find_key(opened, &target.as_text)?.is_some() {
+        let scope = output::scope(parsed.scope());
+        return Err(Failure::not_found(format!(
+            "no record of {scope} {} in {}",
+            parsed.readable_id(),
+            opened.name
+        ))
+        .help(format!(
+            "the text key {} has a record; to act on it, type it as `rerunctl ls` prints it: {}",
+            target.as_text.readable_id(),
+            shell_word(&target.as_text.readable_id())
+        )));
+    }
+    Err(not_found(opened, target))
+}
+
+/// The record of `key`, if there is one.
+fn find_key(opened: &Opened, key: &Key) -> Result<Option<Found>, Failure> {
+    match opened.store.inspect(key) {
+        Ok(Some(record)) => Ok(Some(Found {
+            key: key.clone(),
+            record: Ok(record),
+        })),
+        Ok(None) => Ok(None),
+        Err(e @ rerun_core::Error::Corrupt { .. }) => Ok(Some(Found {
+            key: key.clone(),
+            record: Err(e),
+        })),
+        Err(e) => Err(opened.failure("reading the record", e)),
+    }
 }
 
 /// The failure for a target with no record, with a hint: the store does not exist, the text
@@ -166,7 +202,8 @@ mod tests {
     fn keys_are_read_as_ls_prints_them() {
         let s = |v: &str| Key::new("billing.charge", v);
         assert_eq!(keys("evt_42"), Some(vec![s("evt_42")]));
-        assert_eq!(keys("\"42\""), Some(vec![s("42"), s("\"42\"")]));
+        // In quotes: the text key it writes out, and no other.
+        assert_eq!(keys("\"42\""), Some(vec![s("42")]));
         assert_eq!(
             keys("(cus_1, 42)"),
             Some(vec![

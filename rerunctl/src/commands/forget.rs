@@ -32,8 +32,11 @@ progress, lease running, holder not provably dead) unless --force (exit 1): forg
 let a second run start while the first one still runs. A record written by a newer rerun is
 refused the same way: this rerunctl cannot tell whether it is a live claim.
 
-KEY is typed as `rerunctl ls` prints it, or a plain text key as itself, as for `show`; only a
-record found is forgotten, and only if it is still the one found when it is deleted.
+KEY is typed as `rerunctl ls` prints it; a text that reads as no key (a UUID) is its text key.
+Only the record of the key the text reads as is forgotten, never the text key of the same
+text in its place (`7` is the number; the text key is '\"7\"'): run twice, the command
+forgets no second record. A record is forgotten only if it is still the one found when it is
+deleted.
 
 JSON: {\"store\", \"scope\", \"key\", \"forgotten\": true, \"was\": {the record as in `show`, without
 its result} | null (a record that could not be read)}";
@@ -44,7 +47,7 @@ pub struct Args {
     /// The record's scope (billing.charge)
     #[arg(value_name = "SCOPE")]
     pub scope: OsString,
-    /// The record's key, as `rerunctl ls` prints it (a plain text key also as itself)
+    /// The record's key, as `rerunctl ls` prints it
     #[arg(value_name = "KEY", allow_hyphen_values = true)]
     pub key: OsString,
     /// Do not ask: forget it (needed without a terminal)
@@ -69,7 +72,7 @@ pub fn run(ctx: &Context, args: &Args) -> Result<(), Failure> {
     let target = crate::target::parse(&args.scope, &args.key)?;
     let opened = crate::store::open(ctx.store.as_deref())?;
     // Only a record that was found is forgotten, under the key that has it.
-    let found = crate::target::find(&opened, &target)?;
+    let found = crate::target::find_exact(&opened, &target)?;
     let key = found.key;
     let typed = format!(
         "{} {}",

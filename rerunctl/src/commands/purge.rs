@@ -39,7 +39,7 @@ struct Document<'a> {
 
 /// Runs `purge`.
 pub fn run(ctx: &Context, _args: &Args) -> Result<(), Failure> {
-    let opened = crate::store::open(ctx.store.as_deref())?;
+    let opened = crate::store::open_to_change(ctx.store.as_deref())?;
     let mut progress = Progress::new(ctx.stderr_is_terminal);
     let mut purged = 0u64;
     loop {

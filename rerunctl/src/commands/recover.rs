@@ -57,7 +57,7 @@ struct Document<'a> {
 
 /// Runs `recover`.
 pub fn run(ctx: &Context, args: &Args) -> Result<(), Failure> {
-    let opened = crate::store::open(ctx.store.as_deref())?;
+    let opened = crate::store::open_to_change(ctx.store.as_deref())?;
     let mut progress = Progress::new(ctx.stderr_is_terminal);
     // What the run had done when it last said, kept for an error that stops it.
     let mut so_far = Recovery::default();

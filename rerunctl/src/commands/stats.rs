@@ -27,9 +27,8 @@ ages, the first such record found stands in (with \"age_ms\": null).
 
 JSON: {\"store\", \"scope_prefix\" | null, \"total\", \"scanned\", \"unreadable\" (records that
 cannot be read, not in the counts),
-\"by_status\": {\"in-progress\", \"completed\", \"released\", \"unknown\"} (statuses spelled as
---status takes them), \"scopes\": [{\"scope\", \"in-progress\", \"completed\", \"released\",
-\"unknown\", \"total\"}],
+\"by_status\": {\"in_progress\", \"completed\", \"released\", \"unknown\"},
+\"scopes\": [{\"scope\", \"in_progress\", \"completed\", \"released\", \"unknown\", \"total\"}],
 \"oldest_in_progress\": {a record as in `ls`} | null, \"oldest_unknown\": {…} | null}";
 
 /// Records asked of the store per page.
@@ -43,12 +42,11 @@ pub struct Args {
     pub scope: Option<String>,
 }
 
-/// Counts of one scope (or all), by status; in JSON, each under its status as `--status` takes
-/// it (`in-progress`).
+/// Counts of one scope (or all), by status (JSON field names in snake_case, as every field's:
+/// `in_progress`).
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct Counts {
     /// In progress.
-    #[serde(rename = "in-progress")]
     pub in_progress: u64,
     /// Completed.
     pub completed: u64,
