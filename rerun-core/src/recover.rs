@@ -369,121 +369,40 @@ fn settle<S: Store + ?Sized>(
     Ok(())
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "testing"))]
 mod tests {
     use super::*;
     use crate::error::CorruptKind;
-    use crate::record::{ClaimRequest, ClaimResponse};
+    use crate::record::{Claim, ClaimRequest, ClaimResponse};
     use crate::store::memory::MemoryStore;
+    use crate::testing::{Faulty, Op};
     use crate::{Fingerprint, Holder, Key};
-    use std::sync::Arc;
     use std::time::Duration;
 
     /// A memory store in which every stale claim was rewritten, just before recovery settles
     /// it, by a newer rerun: its fenced release and mark-unknown meet a record they cannot
     /// read.
-    #[derive(Clone)]
-    struct RewrittenByNewer(MemoryStore);
-
-    impl RewrittenByNewer {
-        fn newer(claim: &Claim) -> Error {
-            Error::corrupt(
+    fn rewritten_by_newer() -> Faulty {
+        Faulty::new(MemoryStore::new()).before(|op| match op {
+            Op::Release(claim) | Op::MarkUnknown(claim) => Err(Error::corrupt(
                 &claim.key,
                 CorruptKind::UnknownVersion {
                     found: 9,
                     supported: 2,
                 },
-            )
-        }
+            )),
+            _ => Ok(()),
+        })
     }
 
-    impl Store for RewrittenByNewer {
-        fn claim(&self, req: &ClaimRequest<'_>) -> Result<ClaimResponse, Error> {
-            self.0.claim(req)
-        }
-        fn complete(&self, claim: &Claim, result: &[u8], ttl: Duration) -> Result<(), Error> {
-            self.0.complete(claim, result, ttl)
-        }
-        fn release(&self, claim: &Claim) -> Result<(), Error> {
-            Err(Self::newer(claim))
-        }
-        fn renew(&self, claim: &Claim, lease: Duration) -> Result<(), Error> {
-            self.0.renew(claim, lease)
-        }
-        fn mark_unknown(&self, claim: &Claim) -> Result<(), Error> {
-            Err(Self::newer(claim))
-        }
-        fn forget(&self, key: &Key) -> Result<bool, Error> {
-            self.0.forget(key)
-        }
-        fn inspect(&self, key: &Key) -> Result<Option<RecordView>, Error> {
-            self.0.inspect(key)
-        }
-        fn scan(
-            &self,
-            cursor: Option<&str>,
-            limit: usize,
-        ) -> Result<crate::store::ScanPage, Error> {
-            self.0.scan(cursor, limit)
-        }
-        fn purge_expired(&self, limit: usize) -> Result<u64, Error> {
-            self.0.purge_expired(limit)
-        }
-        fn shared(&self) -> Arc<dyn Store> {
-            Arc::new(self.clone())
-        }
-        fn describe(&self) -> String {
-            "memory, rewritten by a newer rerun".to_owned()
-        }
-    }
-
-    /// A memory store whose holder renews its lapsed claim right after each page of the scan
-    /// is read, before recovery settles it.
-    struct RenewedAfterScan {
-        store: MemoryStore,
-        claim: Claim,
-    }
-
-    impl Store for RenewedAfterScan {
-        fn claim(&self, req: &ClaimRequest<'_>) -> Result<ClaimResponse, Error> {
-            self.store.claim(req)
-        }
-        fn complete(&self, claim: &Claim, result: &[u8], ttl: Duration) -> Result<(), Error> {
-            self.store.complete(claim, result, ttl)
-        }
-        fn release(&self, claim: &Claim) -> Result<(), Error> {
-            self.store.release(claim)
-        }
-        fn renew(&self, claim: &Claim, lease: Duration) -> Result<(), Error> {
-            self.store.renew(claim, lease)
-        }
-        fn mark_unknown(&self, claim: &Claim) -> Result<(), Error> {
-            self.store.mark_unknown(claim)
-        }
-        fn forget(&self, key: &Key) -> Result<bool, Error> {
-            self.store.forget(key)
-        }
-        fn inspect(&self, key: &Key) -> Result<Option<RecordView>, Error> {
-            self.store.inspect(key)
-        }
-        fn scan(
-            &self,
-            cursor: Option<&str>,
-            limit: usize,
-        ) -> Result<crate::store::ScanPage, Error> {
-            let page = self.store.scan(cursor, limit)?;
-            self.store.renew(&self.claim, Duration::from_secs(300))?;
-            Ok(page)
-        }
-        fn purge_expired(&self, limit: usize) -> Result<u64, Error> {
-            self.store.purge_expired(limit)
-        }
-        fn shared(&self) -> Arc<dyn Store> {
-            self.store.shared()
-        }
-        fn describe(&self) -> String {
-            "memory, renewed after the scan".to_owned()
-        }
+    /// `store`, whose holder of `claim` renews it right after each page of the scan is read,
+    /// before recovery settles it.
+    fn renewed_after_scan(store: MemoryStore, claim: Claim) -> Faulty {
+        let records = store.clone();
+        Faulty::new(store).after(move |op, failed| match (op, failed) {
+            (Op::Scan { .. }, None) => records.renew(&claim, Duration::from_secs(300)),
+            _ => Ok(()),
+        })
     }
 
     /// A claim whose lease lapsed when the page was read and that its holder renewed before
@@ -505,7 +424,7 @@ mod tests {
             panic!("{claimed:?}")
         };
         std::thread::sleep(Duration::from_millis(60));
-        let store = RenewedAfterScan { store, claim };
+        let store = renewed_after_scan(store, claim);
         let done = recover(&store).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(
             (done.scanned, done.released, done.live),
@@ -520,7 +439,7 @@ mod tests {
     /// is and counted unreadable; the run goes on to the other records.
     #[test]
     fn a_claim_rewritten_by_a_newer_rerun_meanwhile_does_not_end_the_run() {
-        let store = RewrittenByNewer(MemoryStore::new());
+        let store = rewritten_by_newer();
         let mut dead = Holder::current();
         dead.start_time += 2;
         for (id, once) in [("a", false), ("b", true)] {

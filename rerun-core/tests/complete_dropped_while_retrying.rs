@@ -2,77 +2,23 @@
 //! aborted task) gives its claim back through the background worker, as a call dropped mid-body
 //! does: the key is free again at once, not held until its lease runs out.
 
-use std::future::ready;
-use std::sync::Arc;
+#![cfg(feature = "testing")]
+
 use std::time::{Duration, Instant};
 
-use rerun_core::record::{Claim, ClaimRequest, ClaimResponse, RecordView, Status};
-use rerun_core::store::{ScanPage, StoreFuture};
-use rerun_core::{AsyncStore, Call, Error, Key, MemoryStore, Store};
+use rerun_core::record::Status;
+use rerun_core::testing::{Faulty, Op};
+use rerun_core::{Call, Error, Key, MemoryStore, Store};
 
-/// A memory store whose completions always fail at once, as on a connection that died.
-#[derive(Clone, Default)]
-struct CompletionsFail {
-    inner: MemoryStore,
-}
-
-impl Store for CompletionsFail {
-    fn claim(&self, req: &ClaimRequest<'_>) -> Result<ClaimResponse, Error> {
-        self.inner.claim(req)
-    }
-    fn complete(&self, claim: &Claim, _: &[u8], _: Duration) -> Result<(), Error> {
-        Err(Error::store_msg(
+/// A store whose completions always fail at once, as on a connection that died.
+fn completions_fail(records: &MemoryStore) -> Faulty {
+    Faulty::new(records.clone()).before(|op| match op {
+        Op::Complete { claim, .. } => Err(Error::store_msg(
             Some(&claim.key),
             "a completion that fails (on purpose)",
-        ))
-    }
-    fn release(&self, claim: &Claim) -> Result<(), Error> {
-        self.inner.release(claim)
-    }
-    fn renew(&self, claim: &Claim, lease: Duration) -> Result<(), Error> {
-        self.inner.renew(claim, lease)
-    }
-    fn mark_unknown(&self, claim: &Claim) -> Result<(), Error> {
-        self.inner.mark_unknown(claim)
-    }
-    fn forget(&self, key: &Key) -> Result<bool, Error> {
-        self.inner.forget(key)
-    }
-    fn inspect(&self, key: &Key) -> Result<Option<RecordView>, Error> {
-        self.inner.inspect(key)
-    }
-    fn scan(&self, cursor: Option<&str>, limit: usize) -> Result<ScanPage, Error> {
-        self.inner.scan(cursor, limit)
-    }
-    fn purge_expired(&self, limit: usize) -> Result<u64, Error> {
-        self.inner.purge_expired(limit)
-    }
-    fn shared(&self) -> Arc<dyn Store> {
-        Arc::new(self.clone())
-    }
-    fn describe(&self) -> String {
-        "a memory store whose completions fail".to_owned()
-    }
-}
-
-impl AsyncStore for CompletionsFail {
-    fn claim_async<'a>(&'a self, req: &'a ClaimRequest<'a>) -> StoreFuture<'a, ClaimResponse> {
-        Box::pin(ready(self.claim(req)))
-    }
-    fn complete_async<'a>(
-        &'a self,
-        claim: &'a Claim,
-        result: &'a [u8],
-        ttl: Duration,
-    ) -> StoreFuture<'a, ()> {
-        Box::pin(ready(self.complete(claim, result, ttl)))
-    }
-    fn release_async<'a>(&'a self, claim: &'a Claim) -> StoreFuture<'a, ()> {
-        Box::pin(ready(self.release(claim)))
-    }
-    fn mark_unknown_async<'a>(&'a self, claim: &'a Claim) -> StoreFuture<'a, ()> {
-        Box::pin(ready(self.mark_unknown(claim)))
-    }
+        )),
+        _ => Ok(()),
+    })
 }
 
 /// The status of `key`'s record once it is no longer in progress, within `within`.
@@ -93,7 +39,8 @@ fn a_call_dropped_between_completion_attempts_gives_its_claim_back() {
         .enable_all()
         .build()
         .expect("a runtime");
-    let store = CompletionsFail::default();
+    let records = MemoryStore::new();
+    let store = completions_fail(&records);
     for once in [false, true] {
         let key = Key::new("complete.dropped", if once { "once" } else { "replayable" });
         let call = Call::with_key(key.clone()).lease(Duration::from_secs(60));
@@ -116,7 +63,7 @@ fn a_call_dropped_between_completion_attempts_gives_its_claim_back() {
             Status::Released
         };
         assert_eq!(
-            settled(&store.inner, &key, Duration::from_secs(10)),
+            settled(&records, &key, Duration::from_secs(10)),
             Some(want),
             "once = {once}"
         );

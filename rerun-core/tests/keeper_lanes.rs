@@ -3,12 +3,14 @@
 //! the rest stay free for the others, a store with none running gets a worker even when every
 //! worker is taken, and the keeper's scheduler never calls a store (not even `describe`).
 
+#![cfg(feature = "testing")]
+
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use rerun_core::record::{Claim, ClaimRequest, ClaimResponse, RecordView};
-use rerun_core::store::ScanPage;
+use rerun_core::record::{ClaimRequest, ClaimResponse};
+use rerun_core::testing::{Faulty, Op};
 use rerun_core::{Call, Error, Fingerprint, Holder, Key, MemoryStore, Store};
 
 /// What a [`Hanging`] store hangs in until its gate opens.
@@ -23,81 +25,41 @@ enum Hangs {
 /// A memory store that hangs until the gate opens, in its renewals or in `describe`.
 #[derive(Clone)]
 struct Hanging {
-    inner: MemoryStore,
-    name: String,
-    hangs: Hangs,
+    store: Faulty,
     armed: Arc<AtomicBool>,
     gate: Arc<(Mutex<bool>, Condvar)>,
 }
 
 impl Hanging {
     fn new(name: &str, hangs: Hangs) -> Hanging {
-        Hanging {
-            inner: MemoryStore::new(),
-            name: name.to_owned(),
-            hangs,
-            armed: Arc::new(AtomicBool::new(matches!(hangs, Hangs::Renew))),
-            gate: Arc::new((Mutex::new(false), Condvar::new())),
-        }
-    }
-
-    fn wait(&self) {
-        if !self.armed.load(Ordering::SeqCst) {
-            return;
-        }
-        let (open, cv) = &*self.gate;
-        let mut open = open.lock().unwrap_or_else(|p| p.into_inner());
-        while !*open {
-            open = cv.wait(open).unwrap_or_else(|p| p.into_inner());
-        }
+        let armed = Arc::new(AtomicBool::new(matches!(hangs, Hangs::Renew)));
+        let gate = Arc::new((Mutex::new(false), Condvar::new()));
+        let store = Faulty::new(MemoryStore::new())
+            .describe_as(format!("a memory store that hangs ({name})"))
+            .before({
+                let (armed, gate) = (armed.clone(), gate.clone());
+                move |op| {
+                    let hangs_here = matches!(
+                        (hangs, op),
+                        (Hangs::Renew, Op::Renew { .. }) | (Hangs::Describe, Op::Describe)
+                    );
+                    if hangs_here && armed.load(Ordering::SeqCst) {
+                        let (open, cv) = &*gate;
+                        let mut open = open.lock().unwrap_or_else(|p| p.into_inner());
+                        while !*open {
+                            open = cv.wait(open).unwrap_or_else(|p| p.into_inner());
+                        }
+                    }
+                    Ok(())
+                }
+            });
+        Hanging { store, armed, gate }
     }
 
     fn open(&self) {
         let (open, cv) = &*self.gate;
         *open.lock().unwrap_or_else(|p| p.into_inner()) = true;
         cv.notify_all();
-    }
-}
-
-impl Store for Hanging {
-    fn claim(&self, req: &ClaimRequest<'_>) -> Result<ClaimResponse, Error> {
-        self.inner.claim(req)
-    }
-    fn complete(&self, claim: &Claim, result: &[u8], ttl: Duration) -> Result<(), Error> {
-        self.inner.complete(claim, result, ttl)
-    }
-    fn release(&self, claim: &Claim) -> Result<(), Error> {
-        self.inner.release(claim)
-    }
-    fn renew(&self, claim: &Claim, lease: Duration) -> Result<(), Error> {
-        if matches!(self.hangs, Hangs::Renew) {
-            self.wait();
-        }
-        self.inner.renew(claim, lease)
-    }
-    fn mark_unknown(&self, claim: &Claim) -> Result<(), Error> {
-        self.inner.mark_unknown(claim)
-    }
-    fn forget(&self, key: &Key) -> Result<bool, Error> {
-        self.inner.forget(key)
-    }
-    fn inspect(&self, key: &Key) -> Result<Option<RecordView>, Error> {
-        self.inner.inspect(key)
-    }
-    fn scan(&self, cursor: Option<&str>, limit: usize) -> Result<ScanPage, Error> {
-        self.inner.scan(cursor, limit)
-    }
-    fn purge_expired(&self, limit: usize) -> Result<u64, Error> {
-        self.inner.purge_expired(limit)
-    }
-    fn shared(&self) -> Arc<dyn Store> {
-        Arc::new(self.clone())
-    }
-    fn describe(&self) -> String {
-        if matches!(self.hangs, Hangs::Describe) {
-            self.wait();
-        }
-        format!("a memory store that hangs ({})", self.name)
     }
 }
 
@@ -116,11 +78,13 @@ fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
 fn start_hanging<'s>(s: &'s std::thread::Scope<'s, '_>, store: &'s Hanging, claims: u32) {
     for i in 0..claims {
         s.spawn(move || {
-            Call::new("lanes.hanging", &i).lease(LEASE).run(store, || {
-                store.armed.store(true, Ordering::SeqCst);
-                std::thread::sleep(Duration::from_millis(2_500));
-                Ok::<_, Error>(i)
-            })
+            Call::new("lanes.hanging", &i)
+                .lease(LEASE)
+                .run(&store.store, || {
+                    store.armed.store(true, Ordering::SeqCst);
+                    std::thread::sleep(Duration::from_millis(2_500));
+                    Ok::<_, Error>(i)
+                })
         });
     }
 }

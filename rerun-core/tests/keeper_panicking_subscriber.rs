@@ -2,13 +2,14 @@
 //! log sink) costs those log events and nothing else: every lease is still renewed, the
 //! scheduler and its timers go on. A binary of its own: the subscriber is the process's.
 
+#![cfg(feature = "testing")]
+
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use rerun_core::record::{Claim, ClaimRequest, ClaimResponse, RecordView};
-use rerun_core::store::ScanPage;
-use rerun_core::{Call, Error, Key, MemoryStore, Store};
+use rerun_core::testing::{Faulty, Op};
+use rerun_core::{Call, Error, MemoryStore};
 use tracing::span::{Attributes, Id, Record};
 use tracing::{Event, Level, Metadata, Subscriber};
 
@@ -36,59 +37,30 @@ impl Subscriber for PanicsOnKeeperWarnings {
     fn exit(&self, _: &Id) {}
 }
 
-/// A memory store whose first renewals fail, each after half a lease, then renew; it
-/// counts the renewals it made.
-#[derive(Clone)]
-struct FailsAtFirst {
-    inner: MemoryStore,
-    failures_left: Arc<AtomicU32>,
-    renewed: Arc<AtomicU32>,
-}
-
-impl Store for FailsAtFirst {
-    fn claim(&self, req: &ClaimRequest<'_>) -> Result<ClaimResponse, Error> {
-        self.inner.claim(req)
-    }
-    fn complete(&self, claim: &Claim, result: &[u8], ttl: Duration) -> Result<(), Error> {
-        self.inner.complete(claim, result, ttl)
-    }
-    fn release(&self, claim: &Claim) -> Result<(), Error> {
-        self.inner.release(claim)
-    }
-    fn renew(&self, claim: &Claim, lease: Duration) -> Result<(), Error> {
-        let failing = self
-            .failures_left
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-            .is_ok();
-        if failing {
-            std::thread::sleep(Duration::from_millis(500));
-            return Err(Error::store_msg(Some(&claim.key), "a renewal that fails"));
-        }
-        self.inner.renew(claim, lease)?;
-        self.renewed.fetch_add(1, Ordering::SeqCst);
-        Ok(())
-    }
-    fn mark_unknown(&self, claim: &Claim) -> Result<(), Error> {
-        self.inner.mark_unknown(claim)
-    }
-    fn forget(&self, key: &Key) -> Result<bool, Error> {
-        self.inner.forget(key)
-    }
-    fn inspect(&self, key: &Key) -> Result<Option<RecordView>, Error> {
-        self.inner.inspect(key)
-    }
-    fn scan(&self, cursor: Option<&str>, limit: usize) -> Result<ScanPage, Error> {
-        self.inner.scan(cursor, limit)
-    }
-    fn purge_expired(&self, limit: usize) -> Result<u64, Error> {
-        self.inner.purge_expired(limit)
-    }
-    fn shared(&self) -> Arc<dyn Store> {
-        Arc::new(self.clone())
-    }
-    fn describe(&self) -> String {
-        "a memory store whose first renewals fail".to_owned()
-    }
+/// A memory store whose first `failures` renewals fail, each after half a lease, then renew;
+/// `renewed` counts the renewals it made.
+fn fails_at_first(failures: u32, renewed: Arc<AtomicU32>) -> Faulty {
+    let failures_left = AtomicU32::new(failures);
+    Faulty::new(MemoryStore::new())
+        .before(move |op| {
+            let Op::Renew { claim, .. } = op else {
+                return Ok(());
+            };
+            let failing = failures_left
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .is_ok();
+            if failing {
+                std::thread::sleep(Duration::from_millis(500));
+                return Err(Error::store_msg(Some(&claim.key), "a renewal that fails"));
+            }
+            Ok(())
+        })
+        .after(move |op, failed| {
+            if matches!(op, Op::Renew { .. }) && failed.is_none() {
+                renewed.fetch_add(1, Ordering::SeqCst);
+            }
+            Ok(())
+        })
 }
 
 /// Two slow renewals fail (each warned about, each warning a panic on the keeper's thread), and
@@ -101,11 +73,8 @@ fn a_subscriber_that_panics_stops_no_renewal() {
         panic!("this binary's subscriber was already set");
     }
     let lease = Duration::from_secs(1);
-    let store = FailsAtFirst {
-        inner: MemoryStore::new(),
-        failures_left: Arc::new(AtomicU32::new(2)),
-        renewed: Arc::new(AtomicU32::new(0)),
-    };
+    let renewals = Arc::new(AtomicU32::new(0));
+    let store = fails_at_first(2, renewals.clone());
     let ran = Call::new("keeper.panicking", "first")
         .lease(lease)
         .run(&store, || {
@@ -115,11 +84,11 @@ fn a_subscriber_that_panics_stops_no_renewal() {
     assert!(matches!(ran, Ok(ref o) if !o.replayed), "{ran:?}");
     // A renewal every third of a lease once the failures are behind (about 1.5 s in): the rest
     // of the 4 s body leaves room for seven.
-    let renewed = store.renewed.load(Ordering::SeqCst);
+    let renewed = renewals.load(Ordering::SeqCst);
     assert!(renewed >= 5, "only {renewed} renewals after the failures");
 
     // The scheduler still runs: a later call's lease is renewed too.
-    let before = store.renewed.load(Ordering::SeqCst);
+    let before = renewals.load(Ordering::SeqCst);
     let ran = Call::new("keeper.panicking", "second")
         .lease(lease)
         .run(&store, || {
@@ -127,6 +96,6 @@ fn a_subscriber_that_panics_stops_no_renewal() {
             Ok::<_, Error>(2u32)
         });
     assert!(matches!(ran, Ok(ref o) if !o.replayed), "{ran:?}");
-    let renewed = store.renewed.load(Ordering::SeqCst) - before;
+    let renewed = renewals.load(Ordering::SeqCst) - before;
     assert!(renewed >= 3, "only {renewed} renewals of the second call");
 }

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 use rerun_core::record::ClaimRequest;
+use rerun_core::testing::{Faulty, Op};
 use rerun_core::{Call, Error, Fingerprint, Holder, Key, MemoryStore, Store};
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
@@ -204,55 +205,14 @@ fn keys_can_be_logged_as_a_digest() {
 }
 
 /// A memory store whose `release` fails, naming the key as every store error does.
-#[derive(Clone, Default)]
-struct ReleaseFails(MemoryStore);
-
-impl Store for ReleaseFails {
-    fn claim(&self, req: &ClaimRequest<'_>) -> Result<rerun_core::record::ClaimResponse, Error> {
-        self.0.claim(req)
-    }
-    fn complete(
-        &self,
-        claim: &rerun_core::record::Claim,
-        result: &[u8],
-        ttl: Duration,
-    ) -> Result<(), Error> {
-        self.0.complete(claim, result, ttl)
-    }
-    fn release(&self, claim: &rerun_core::record::Claim) -> Result<(), Error> {
-        Err(Error::store_msg(
+fn release_fails() -> Faulty {
+    Faulty::new(MemoryStore::new()).before(|op| match op {
+        Op::Release(claim) => Err(Error::store_msg(
             Some(&claim.key),
             "the connection was reset",
-        ))
-    }
-    fn renew(&self, claim: &rerun_core::record::Claim, lease: Duration) -> Result<(), Error> {
-        self.0.renew(claim, lease)
-    }
-    fn mark_unknown(&self, claim: &rerun_core::record::Claim) -> Result<(), Error> {
-        self.0.mark_unknown(claim)
-    }
-    fn forget(&self, key: &Key) -> Result<bool, Error> {
-        self.0.forget(key)
-    }
-    fn inspect(&self, key: &Key) -> Result<Option<rerun_core::record::RecordView>, Error> {
-        self.0.inspect(key)
-    }
-    fn scan(
-        &self,
-        cursor: Option<&str>,
-        limit: usize,
-    ) -> Result<rerun_core::store::ScanPage, Error> {
-        self.0.scan(cursor, limit)
-    }
-    fn purge_expired(&self, limit: usize) -> Result<u64, Error> {
-        self.0.purge_expired(limit)
-    }
-    fn shared(&self) -> Arc<dyn Store> {
-        Arc::new(self.clone())
-    }
-    fn describe(&self) -> String {
-        "a memory store whose releases fail".to_owned()
-    }
+        )),
+        _ => Ok(()),
+    })
 }
 
 /// With redaction on, an event about a failed store operation names the key by its digest in
@@ -265,9 +225,7 @@ fn failures_name_keys_as_a_digest_too() {
     rerun_core::telemetry::redact_keys(true);
     tracing::subscriber::with_default(subscriber, || {
         let out = Call::new("mail.welcome", "alice@example.com")
-            .run(&ReleaseFails::default(), || {
-                Err::<(), _>(Error::config("no"))
-            });
+            .run(&release_fails(), || Err::<(), _>(Error::config("no")));
         assert!(out.is_err());
     });
     rerun_core::telemetry::redact_keys(false);

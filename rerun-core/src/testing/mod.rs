@@ -2,9 +2,11 @@
 //! need a real server.
 
 pub mod conformance;
+mod faulty;
 pub mod harness;
 pub mod proxy;
 
+pub use faulty::{Faulty, Op};
 pub use harness::{
     check_converges, recovery_check, Check, Divergence, Duplicate, Effects, Mode, PointId,
     RecoveryCheck, Report, SafeToRerun, Verdict, WorldDir,

@@ -14,9 +14,8 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::Router;
-use rerun_core::record::{Claim, ClaimRequest, ClaimResponse, RecordView};
-use rerun_core::store::{AsyncStore, ScanFilter, ScanPage, StoreFuture};
-use rerun_core::{DynStore, Error, Key, Store};
+use rerun_core::testing::{Faulty, Op};
+use rerun_core::{DynStore, Error};
 use rerun_http::IdempotencyLayer;
 
 /// The kinds of store every behaviour is checked on.
@@ -134,10 +133,20 @@ impl Fixture {
 
     /// A layer on this store behind [`Fixture::switch`].
     pub fn switched_layer(&self) -> IdempotencyLayer {
-        IdempotencyLayer::new(Switched {
-            store: self.store.clone(),
-            down: self.switch.clone(),
-        })
+        // Every operation made for a call fails, as on an unreachable store, while the switch
+        // is on; what an operator does (forget, inspect, scan) still reaches the store.
+        let down = self.switch.clone();
+        IdempotencyLayer::new(Faulty::around(self.store.clone()).before(move |op| {
+            let for_a_call = op.is_fenced() || matches!(op, Op::Claim(_));
+            if for_a_call && down.load(Ordering::SeqCst) {
+                Err(Error::store_msg(
+                    op.key(),
+                    "connection refused by db-internal-7",
+                ))
+            } else {
+                Ok(())
+            }
+        }))
     }
 
     /// For a store in a file or on a server: a description another process opens it by.
@@ -184,106 +193,6 @@ fn delete_prefix(url: &str, prefix: &str) {
         .unwrap_or_default();
     for key in keys {
         let _: redis::RedisResult<()> = redis::cmd("DEL").arg(key).query(&mut conn);
-    }
-}
-
-/// A store that fails every call as an unreachable one does while `down` is set.
-pub struct Switched {
-    store: Arc<dyn DynStore>,
-    down: Arc<AtomicBool>,
-}
-
-impl Switched {
-    fn check(&self, key: Option<&Key>) -> Result<(), Error> {
-        if self.down.load(Ordering::SeqCst) {
-            Err(Error::store_msg(key, "connection refused by db-internal-7"))
-        } else {
-            Ok(())
-        }
-    }
-}
-
-impl Store for Switched {
-    fn claim(&self, req: &ClaimRequest<'_>) -> Result<ClaimResponse, Error> {
-        self.check(Some(req.key))?;
-        self.store.claim(req)
-    }
-    fn complete(&self, claim: &Claim, result: &[u8], ttl: Duration) -> Result<(), Error> {
-        self.check(Some(&claim.key))?;
-        self.store.complete(claim, result, ttl)
-    }
-    fn release(&self, claim: &Claim) -> Result<(), Error> {
-        self.check(Some(&claim.key))?;
-        self.store.release(claim)
-    }
-    fn renew(&self, claim: &Claim, lease: Duration) -> Result<(), Error> {
-        self.check(Some(&claim.key))?;
-        self.store.renew(claim, lease)
-    }
-    fn mark_unknown(&self, claim: &Claim) -> Result<(), Error> {
-        self.check(Some(&claim.key))?;
-        self.store.mark_unknown(claim)
-    }
-    fn forget(&self, key: &Key) -> Result<bool, Error> {
-        self.store.forget(key)
-    }
-    fn inspect(&self, key: &Key) -> Result<Option<RecordView>, Error> {
-        self.store.inspect(key)
-    }
-    fn scan(&self, cursor: Option<&str>, limit: usize) -> Result<ScanPage, Error> {
-        self.store.scan(cursor, limit)
-    }
-    fn scan_filtered(
-        &self,
-        filter: &ScanFilter,
-        cursor: Option<&str>,
-        limit: usize,
-    ) -> Result<ScanPage, Error> {
-        self.store.scan_filtered(filter, cursor, limit)
-    }
-    fn purge_expired(&self, limit: usize) -> Result<u64, Error> {
-        self.store.purge_expired(limit)
-    }
-    fn shared(&self) -> Arc<dyn Store> {
-        Arc::new(Switched {
-            store: self.store.clone(),
-            down: self.down.clone(),
-        })
-    }
-    fn describe(&self) -> String {
-        self.store.describe()
-    }
-}
-
-impl AsyncStore for Switched {
-    fn claim_async<'a>(&'a self, req: &'a ClaimRequest<'a>) -> StoreFuture<'a, ClaimResponse> {
-        match self.check(Some(req.key)) {
-            Ok(()) => self.store.claim_async(req),
-            Err(e) => Box::pin(std::future::ready(Err(e))),
-        }
-    }
-    fn complete_async<'a>(
-        &'a self,
-        claim: &'a Claim,
-        result: &'a [u8],
-        ttl: Duration,
-    ) -> StoreFuture<'a, ()> {
-        match self.check(Some(&claim.key)) {
-            Ok(()) => self.store.complete_async(claim, result, ttl),
-            Err(e) => Box::pin(std::future::ready(Err(e))),
-        }
-    }
-    fn release_async<'a>(&'a self, claim: &'a Claim) -> StoreFuture<'a, ()> {
-        match self.check(Some(&claim.key)) {
-            Ok(()) => self.store.release_async(claim),
-            Err(e) => Box::pin(std::future::ready(Err(e))),
-        }
-    }
-    fn mark_unknown_async<'a>(&'a self, claim: &'a Claim) -> StoreFuture<'a, ()> {
-        match self.check(Some(&claim.key)) {
-            Ok(()) => self.store.mark_unknown_async(claim),
-            Err(e) => Box::pin(std::future::ready(Err(e))),
-        }
     }
 }
 

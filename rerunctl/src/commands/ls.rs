@@ -364,9 +364,9 @@ fn unreadable(records: &[Unreadable]) -> Result<(), Failure> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rerun_core::record::{Claim, ClaimRequest, ClaimResponse};
-    use rerun_core::store::ScanPage;
+    use rerun_core::testing::{Faulty, Op};
     use rerun_core::{Call, Error, MemoryStore};
+    use std::sync::{Arc, Mutex};
 
     fn args(limit: usize) -> Args {
         Args {
@@ -393,71 +393,35 @@ mod tests {
     }
 
     /// A store that records the filters it is asked to scan with, and refuses `scan`.
-    struct Recording {
-        inner: MemoryStore,
-        filters: std::sync::Mutex<Vec<ScanFilter>>,
-    }
-
-    impl Store for Recording {
-        fn claim(&self, req: &ClaimRequest<'_>) -> Result<ClaimResponse, Error> {
-            self.inner.claim(req)
-        }
-        fn complete(&self, claim: &Claim, result: &[u8], ttl: Duration) -> Result<(), Error> {
-            self.inner.complete(claim, result, ttl)
-        }
-        fn release(&self, claim: &Claim) -> Result<(), Error> {
-            self.inner.release(claim)
-        }
-        fn renew(&self, claim: &Claim, lease: Duration) -> Result<(), Error> {
-            self.inner.renew(claim, lease)
-        }
-        fn mark_unknown(&self, claim: &Claim) -> Result<(), Error> {
-            self.inner.mark_unknown(claim)
-        }
-        fn forget(&self, key: &rerun_core::Key) -> Result<bool, Error> {
-            self.inner.forget(key)
-        }
-        fn inspect(&self, key: &rerun_core::Key) -> Result<Option<RecordView>, Error> {
-            self.inner.inspect(key)
-        }
-        fn scan(&self, _: Option<&str>, _: usize) -> Result<ScanPage, Error> {
-            Err(Error::config("ls must scan through scan_filtered"))
-        }
-        fn scan_filtered(
-            &self,
-            filter: &ScanFilter,
-            cursor: Option<&str>,
-            limit: usize,
-        ) -> Result<ScanPage, Error> {
-            if let Ok(mut f) = self.filters.lock() {
-                f.push(filter.clone());
+    fn recording(filters: Arc<Mutex<Vec<ScanFilter>>>) -> Faulty {
+        Faulty::new(MemoryStore::new()).before(move |op| match op {
+            Op::Scan { filter: None, .. } => {
+                Err(Error::config("ls must scan through scan_filtered"))
             }
-            self.inner.scan_filtered(filter, cursor, limit)
-        }
-        fn purge_expired(&self, limit: usize) -> Result<u64, Error> {
-            self.inner.purge_expired(limit)
-        }
-        fn shared(&self) -> std::sync::Arc<dyn Store> {
-            self.inner.shared()
-        }
-        fn describe(&self) -> String {
-            "recording".to_owned()
-        }
+            Op::Scan {
+                filter: Some(filter),
+                ..
+            } => {
+                if let Ok(mut f) = filters.lock() {
+                    f.push((*filter).clone());
+                }
+                Ok(())
+            }
+            _ => Ok(()),
+        })
     }
 
     #[test]
     fn in_progress_listings_ask_the_store_for_claims_only() -> Result<(), Error> {
-        let store = Recording {
-            inner: MemoryStore::new(),
-            filters: std::sync::Mutex::new(Vec::new()),
-        };
+        let filters = Arc::new(Mutex::new(Vec::new()));
+        let store = recording(filters.clone());
         Call::new("billing.charge", "evt_1").run(&store, || Ok::<_, Error>(1))?;
         let mut a = args(10);
         a.status = vec![StatusArg::InProgress];
         a.scope = Some("billing.".to_owned());
         let got = list(&store, &a, &mut Progress::new(false))?;
         assert!(got.records.is_empty());
-        let filters = store.filters.lock().map(|f| f.clone()).unwrap_or_default();
+        let filters = filters.lock().map(|f| f.clone()).unwrap_or_default();
         assert_eq!(
             filters.first(),
             Some(
