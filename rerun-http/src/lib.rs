@@ -40,10 +40,11 @@
 //! | no key where [`required(true)`](IdempotencyLayer::required) | `400 Bad Request` |
 //! | a malformed key, an empty one, one over 255 characters, or the header sent twice | `400 Bad Request` |
 //! | a body over [`max_body`](IdempotencyLayer::max_body) (1 MiB by default), or over the limit of a layer around this one (tower-http's `RequestBodyLimitLayer`) | `413 Payload Too Large`; the handler does not run |
-//! | the handler answers 5xx, or panics | nothing is recorded (a panic gives `500`); a retry runs the handler again |
+//! | the handler answers 5xx, `408`, `425` or `429`, or panics | nothing is recorded (a panic gives `500`); a retry runs the handler again |
 //! | the handler answers `text/event-stream` (server-sent events), or a body over `max_body` | returned as it streams, not recorded; a retry runs the handler again |
 //! | with [`once`](IdempotencyLayer::once), any of the last two rows, a response body that fails, or an error of the inner service | the answer as above (a panic or a failed body: `500` with a problem saying the outcome is unknown), not recorded; the key's outcome is left unknown: a retry gets that `500`, and the handler is never run twice |
 //! | the store is unreachable | `503 Service Unavailable` with `Retry-After: 1`; the handler does not run |
+//! | the store fails while the handler's answer is recorded (after the completion was sent again) | the handler's answer, unrecorded; the key is given back (left unknown with [`once`](IdempotencyLayer::once)) |
 //! | the server died mid-handler, then the client retries | the retry takes the dead server's claim over and runs the handler once; with [`once`](IdempotencyLayer::once), `500` with a problem saying the outcome is unknown, and the handler is never run twice |
 //! | GET, HEAD, OPTIONS, PUT, DELETE, or no key where it is not required | passed through untouched ([`methods`](IdempotencyLayer::methods) changes which methods are handled) |
 //!

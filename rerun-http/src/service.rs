@@ -319,9 +319,18 @@ where
                 None => Ok(problem_of(&e)),
             }
         }
-        // A store that failed after the handler answered says so (`AfterBody`): the problem
-        // tells the client the request was processed.
-        Ok(Err(Failure::Rerun(e))) => Ok(problem_of(&e)),
+        // The store failed after the handler answered (its answer could not be recorded, even
+        // sent again): the client gets the handler's answer, as it would without the layer; a
+        // problem in its place would hide the result of a request that was processed (a
+        // payment's id) and invite a retry that runs it again. The key was given back (released,
+        // or unknown for a `once` handler) as far as the store allowed.
+        Ok(Err(Failure::Rerun(e))) => match live {
+            Some(response) => {
+                tracing::warn!(error = %rerun_core::telemetry::error_field(&e), "rerun-http: the handler's answer could not be recorded; it was returned unrecorded");
+                Ok(response)
+            }
+            None => Ok(problem_of(&e)),
+        },
         Ok(Err(Failure::Panicked)) if once => {
             tracing::error!(
                 "rerun-http: an at-most-once handler panicked; its outcome is unknown and it will not run again for this key"
@@ -404,7 +413,11 @@ where
     B::Error: Into<BoxError>,
 {
     let (parts, body) = response.into_parts();
-    if parts.status.is_server_error() || is_event_stream(&parts) || grpc_failed(&parts.headers) {
+    if parts.status.is_server_error()
+        || says_retry_later(parts.status)
+        || is_event_stream(&parts)
+        || grpc_failed(&parts.headers)
+    {
         return Err(Failure::Pass(Response::from_parts(
             parts,
             ResponseBody::streaming(body),
@@ -457,18 +470,27 @@ async fn unless_left<F: Future, T>(
     out
 }
 
+/// Whether `status` is a 4xx that says "try again later" rather than answering the request:
+/// `408 Request Timeout` (a timeout layer inside this one cut the handler short, its effect
+/// perhaps half done), `425 Too Early` and `429 Too Many Requests` (a rate limiter). Recorded,
+/// they would be replayed to every retry for the record's whole ttl; like a 5xx, they are
+/// returned unrecorded and the key is given back.
+fn says_retry_later(status: http::StatusCode) -> bool {
+    matches!(status.as_u16(), 408 | 425 | 429)
+}
+
 /// Whether `headers` (a response's, or its trailers) carry a gRPC status that says "try
-/// again", as a 5xx does, so that it is not recorded: the ones the standard mapping of gRPC
-/// codes to HTTP answers with a 5xx (UNKNOWN, DEADLINE_EXCEEDED, UNIMPLEMENTED, INTERNAL,
-/// UNAVAILABLE, DATA_LOSS), and CANCELLED and ABORTED, which gRPC defines as retried at a
-/// higher level. Every other status (OK and the 4xx-like ones) is an answer a retry would get
-/// again.
+/// again", as a 5xx or a [`says_retry_later`] status does, so that it is not recorded: the ones
+/// the standard mapping of gRPC codes to HTTP answers with a 5xx (UNKNOWN, DEADLINE_EXCEEDED,
+/// UNIMPLEMENTED, INTERNAL, UNAVAILABLE, DATA_LOSS) or with 429 (RESOURCE_EXHAUSTED), and
+/// CANCELLED and ABORTED, which gRPC defines as retried at a higher level. Every other status
+/// (OK and the other 4xx-like ones) is an answer a retry would get again.
 fn grpc_failed(headers: &http::HeaderMap) -> bool {
     headers
         .get("grpc-status")
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<u32>().ok())
-        .is_some_and(|code| matches!(code, 1 | 2 | 4 | 10 | 12 | 13 | 14 | 15))
+        .is_some_and(|code| matches!(code, 1 | 2 | 4 | 8 | 10 | 12 | 13 | 14 | 15))
 }
 
 /// Whether a response is a stream of server-sent events, which is never recorded.

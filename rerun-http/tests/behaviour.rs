@@ -235,7 +235,9 @@ async fn keys_missing_malformed_or_too_long_get_400(f: Arc<Fixture>) {
 async fn a_5xx_or_a_panic_records_nothing(f: Arc<Fixture>) {
     let server = Server::start(f.layer()).await;
     let http = client();
-    for status in [500u16, 503] {
+    // 5xx, and the 4xx that say "try again later" (a timeout or a rate limiter inside the
+    // layer), are not answers a retry should get again.
+    for status in [500u16, 503, 408, 425, 429] {
         let url = server.url(&format!("/payments?status={status}"));
         let key = format!("fails-{status}");
         let before = server.runs.get();
