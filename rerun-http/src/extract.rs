@@ -19,7 +19,9 @@ impl IntoResponse for KeyRejection {
 
 /// Extracts the `Idempotency-Key` header: a request without one, or with a malformed one, is
 /// refused with `400 Bad Request`. As `Option<IdempotencyKey>`, a missing key is `None` and a
-/// malformed one is still refused.
+/// malformed one is still refused. Behind an [`IdempotencyLayer`](crate::IdempotencyLayer),
+/// it is the key the layer read, from whichever header the layer was told to read
+/// ([`header`](crate::IdempotencyLayer::header)).
 ///
 /// ```
 /// use axum::{routing::post, Json, Router};
@@ -45,7 +47,7 @@ impl<S: Send + Sync> FromRequestParts<S> for IdempotencyKey {
     type Rejection = KeyRejection;
 
     async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
-        match IdempotencyKey::from_headers(&parts.headers, &IDEMPOTENCY_KEY) {
+        match key_of(parts) {
             Ok(Some(key)) => Ok(key),
             Ok(None) => Err(KeyRejection(KeyError::Missing)),
             Err(e) => Err(KeyRejection(e)),
@@ -57,6 +59,14 @@ impl<S: Send + Sync> OptionalFromRequestParts<S> for IdempotencyKey {
     type Rejection = KeyRejection;
 
     async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Option<Self>, Self::Rejection> {
-        IdempotencyKey::from_headers(&parts.headers, &IDEMPOTENCY_KEY).map_err(KeyRejection)
+        key_of(parts).map_err(KeyRejection)
+    }
+}
+
+/// The key the layer read, or else the `Idempotency-Key` header's.
+fn key_of(parts: &Parts) -> Result<Option<IdempotencyKey>, KeyError> {
+    match parts.extensions.get::<IdempotencyKey>() {
+        Some(key) => Ok(Some(key.clone())),
+        None => IdempotencyKey::from_headers(&parts.headers, &IDEMPOTENCY_KEY),
     }
 }

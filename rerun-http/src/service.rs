@@ -195,7 +195,7 @@ where
     ResBody: Body<Data = Bytes> + Send + 'static,
     ResBody::Error: Into<BoxError>,
 {
-    let (parts, body) = req.into_parts();
+    let (mut parts, body) = req.into_parts();
     let body = match read_request(&parts.headers, body, config.max_body).await {
         Ok(body) => body,
         Err(e @ (ReadError::TooLarge | ReadError::OverOuterLimit)) => {
@@ -248,6 +248,9 @@ where
     let call = Call::with_key(rerun_key)
         .fingerprint(fingerprint)
         .options(config.options);
+    // The key the layer read, for the handler (the `IdempotencyKey` extractor takes it from
+    // here, whichever header the layer reads it from).
+    parts.extensions.insert(key);
     let req = Request::from_parts(parts, RequestBody::buffered(body));
     let max_body = config.max_body;
     // The response as the handler gave it (its status, headers, extensions and version, its
