@@ -288,3 +288,46 @@ fn a_schema_3_file_is_migrated_and_the_earlier_builds_fence_draw_fails() {
         .unwrap();
     assert!(fresh.fence > 41, "{}", fresh.fence);
 }
+
+/// An earlier build opening a schema-4 file inserts its store-wide fence counter (at 0) before
+/// it reads the version and refuses the file; the row must not come back, or that build's
+/// processes still running would draw fences from 1 again, below this build's.
+#[test]
+fn an_earlier_build_opening_the_file_cannot_bring_its_fence_counter_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rerun.sqlite3");
+    let store = SqliteStore::open(&path).unwrap();
+    let first = Call::new("counter", "k")
+        .run(&store, || Ok::<_, Error>(1))
+        .unwrap();
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    // What rerun 0.1 ran on opening any file.
+    conn.execute_batch(
+        "BEGIN IMMEDIATE;
+         INSERT OR IGNORE INTO rerun_meta (name, value) VALUES ('schema_version', 1), ('fence', 0);
+         COMMIT;",
+    )
+    .unwrap();
+    assert_eq!(
+        count(
+            &conn,
+            "SELECT count(*) FROM rerun_meta WHERE name = 'fence'"
+        ),
+        0
+    );
+    // Its fence draw finds no counter to draw from.
+    let drawn: Option<i64> = conn
+        .query_row(
+            "UPDATE rerun_meta SET value = value + 1 WHERE name = 'fence' RETURNING value",
+            [],
+            |r| r.get(0),
+        )
+        .ok();
+    assert_eq!(drawn, None);
+    // This build goes on as before: a new claim's fence is above the first.
+    store.forget(&Key::new("counter", "k")).unwrap();
+    let second = Call::new("counter", "k")
+        .run(&store, || Ok::<_, Error>(2))
+        .unwrap();
+    assert!(second.fence > first.fence);
+}

@@ -48,6 +48,13 @@ pub(super) const MIGRATIONS: &[&str] = &[
 /// this one, or an operator's plain SQL. It came without a new version (an earlier build of
 /// schema 4 opens the file as before); `INSERT OR REPLACE` does not fire it (recursive triggers
 /// are off), and a deletion of this build raises the floor itself too ([`RAISE_FLOOR`]).
+///
+/// The trigger `rerun_meta_no_counter` keeps the store-wide counter of schemas 1 to 3 from
+/// coming back: a build of those schemas opening the file (an old instance restarting in a
+/// rolling upgrade, an old rerunctl) inserts the counter's row at 0 before it reads the version
+/// and refuses the file, and its processes still running would then draw fences from 1 again,
+/// below fences this build handed out: a takeover could reissue a live claim's fence, and a
+/// paused holder's completion would land on its successor's claim.
 pub(super) const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS rerun_meta (
     name  TEXT PRIMARY KEY,
@@ -77,6 +84,11 @@ CREATE TRIGGER IF NOT EXISTS rerun_records_floor AFTER DELETE ON rerun_records
     WHEN typeof(old.fence) = 'integer'
 BEGIN
     UPDATE rerun_meta SET value = old.fence WHERE name = 'fence_floor' AND value < old.fence;
+END;
+CREATE TRIGGER IF NOT EXISTS rerun_meta_no_counter BEFORE INSERT ON rerun_meta
+    WHEN new.name = 'fence'
+BEGIN
+    SELECT RAISE(IGNORE);
 END;
 ";
 
