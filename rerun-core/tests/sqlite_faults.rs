@@ -83,6 +83,25 @@ fn a_file_that_is_not_a_database_is_a_store_error() {
     assert!(!err.is_retryable(), "{text}");
 }
 
+/// A folder given as the store's path is a configuration error naming it, not a passing
+/// shortage to retry for ever (SQLite's `SQLITE_CANTOPEN` says the same of both).
+#[test]
+fn a_folder_given_as_the_path_is_a_configuration_error() {
+    let dir = dir();
+    for opened in [
+        SqliteStore::open(dir.path()),
+        SqliteStore::open_with(dir.path(), SqliteOptions::new().existing_only(true)),
+    ] {
+        match opened {
+            Err(Error::Config { message }) => assert!(
+                message.contains("is a folder") && message.contains("rerun.sqlite3"),
+                "{message}"
+            ),
+            other => panic!("{other:?}"),
+        }
+    }
+}
+
 #[test]
 fn a_folder_that_cannot_be_made_is_a_permanent_error_naming_it() {
     let dir = dir();

@@ -331,6 +331,14 @@ impl SqliteStore {
         let given = path.as_ref();
         let path = std::path::absolute(given)
             .map_err(|e| io_err(format!("resolving the path {}", given.display()), e))?;
+        if path.is_dir() {
+            // SQLite cannot open it (SQLITE_CANTOPEN), which would read as a passing shortage.
+            return Err(Error::config(format!(
+                "{} is a folder, not a database file: give the file's path, such as {}",
+                path.display(),
+                path.join("rerun.sqlite3").display()
+            )));
+        }
         if options.existing_only && !path.is_file() {
             return Err(Error::config(format!(
                 "{} {}, and this store opens existing stores only: check the path; a service of rerun creates the store when it first starts",
