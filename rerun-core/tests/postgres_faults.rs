@@ -425,3 +425,92 @@ fn a_connection_killed_while_the_body_ran_still_records_the_result() {
         assert_eq!((again.value, again.replayed, ran), (42, true, 1));
     }
 }
+
+/// Calls filling the store's pool (here claims waiting on a row an operator holds locked, each
+/// for up to the operation timeout) hold up no lease renewal: renewals have connections of
+/// their own, so a live holder on another key keeps its claim past many leases, and a
+/// contender (another process's store) never takes it over.
+#[test]
+fn a_pool_full_of_waiting_calls_holds_up_no_renewal() {
+    let Some(url) = url() else { return };
+    let table = postgres_common::unique_table("renew_pool");
+    let _t = Table {
+        url: url.clone(),
+        name: table.clone(),
+    };
+    let connect = || {
+        PostgresStore::builder(&url)
+            .table(&table)
+            .pool_size(2)
+            .op_timeout(Duration::from_secs(3))
+            .connect()
+            .unwrap()
+    };
+    let (store, contender) = (connect(), connect());
+    let fp = Fingerprint::EMPTY;
+    let mut elsewhere = Holder::current();
+    elsewhere.host = "renew-pool.elsewhere.invalid".into();
+
+    // A claim whose lease lapsed, its row locked by an operator: a claim of its key takes it
+    // over, so waits on the lock.
+    let locked = Key::new("fault", "locked");
+    let lapsed = claimed(store.claim(&request(
+        &locked,
+        &fp,
+        &Holder::current(),
+        Duration::from_millis(100),
+    )));
+    let side = Side::connect(&url);
+    side.exec(&format!(
+        "BEGIN; SELECT 1 FROM \"{table}\" WHERE fence = {} FOR UPDATE",
+        lapsed.fence
+    ));
+    std::thread::sleep(Duration::from_millis(200));
+
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let held = Key::new("fault", "held");
+    let taken = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let (started_tx, started) = std::sync::mpsc::channel();
+        let call = s.spawn(|| {
+            Call::with_key(held.clone())
+                .lease(Duration::from_millis(600))
+                .run(&store, move || {
+                    let _ = started_tx.send(());
+                    std::thread::sleep(Duration::from_millis(2_400));
+                    Ok::<_, Error>(1u32)
+                })
+        });
+        started.recv().unwrap();
+        // Four callers for two connections: the pool is full, and more wait for it.
+        for _ in 0..4 {
+            s.spawn(|| {
+                while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                    let _ = store.claim(&request(&locked, &fp, &elsewhere, LONG));
+                }
+            });
+        }
+        // Past several leases of the held key, a contender keeps trying to take it.
+        let until = Instant::now() + Duration::from_millis(1_800);
+        while Instant::now() < until {
+            if let Ok(ClaimResponse::Claimed(_)) =
+                contender.claim(&request(&held, &fp, &elsewhere, LONG))
+            {
+                taken.store(true, std::sync::atomic::Ordering::SeqCst);
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        side.exec("ROLLBACK");
+        let out = call.join().unwrap();
+        assert!(
+            !taken.load(std::sync::atomic::Ordering::SeqCst),
+            "a live holder's key was taken over: its renewals waited behind the pool"
+        );
+        assert!(
+            matches!(&out, Ok(o) if !o.replayed && o.value == 1),
+            "{out:?}"
+        );
+    });
+}

@@ -56,6 +56,11 @@ const DEFAULT_POOL_SIZE: usize = 16;
 /// accepts (`i32::MAX` milliseconds, about 24.8 days).
 pub const MAX_OP_TIMEOUT: Duration = Duration::from_millis(i32::MAX as u64);
 
+/// At most how many connections lease renewals have, beside the pool's (see
+/// [`PostgresBuilder::pool_size`]): a renewal is one short statement, so a few serve thousands
+/// of claims.
+const RENEW_POOL_SIZE: usize = 4;
+
 /// The largest [`PostgresBuilder::pool_size`]: the most connections a PostgreSQL server
 /// accepts (`max_connections` is at most 2^18 - 1).
 pub const MAX_POOL_SIZE: usize = 262_143;
@@ -94,6 +99,10 @@ struct Inner {
     sql: Sql,
     sync_pool: Pool<SyncConn>,
     async_pool: Pool<AsyncConn>,
+    /// The connections lease renewals use, and nothing else: a pool full of slow calls on
+    /// other keys (claims waiting on a row an operator locked, large completions) cannot keep
+    /// a live holder from renewing its lease until another process takes its key over.
+    renew_pool: Pool<SyncConn>,
     max_result_bytes: usize,
     op_timeout: Duration,
     /// Opened with [`PostgresBuilder::existing_only`]: nothing is created or migrated.
@@ -208,7 +217,8 @@ impl PostgresBuilder {
 
     /// How many connections each half of the store (sync and async) opens at most
     /// (default 16). Callers beyond that wait for a free connection. At least 1 and at most
-    /// [`MAX_POOL_SIZE`]; a larger one is that.
+    /// [`MAX_POOL_SIZE`]; a larger one is that. Lease renewals have up to 4 more of their own
+    /// (no more than this size), so that calls filling the pool never hold a renewal up.
     pub fn pool_size(mut self, size: usize) -> Self {
         self.pool_size = size.clamp(1, MAX_POOL_SIZE);
         self
@@ -290,6 +300,7 @@ impl PostgresBuilder {
                 sql,
                 sync_pool: Pool::new(self.pool_size),
                 async_pool: Pool::new(self.pool_size),
+                renew_pool: Pool::new(self.pool_size.min(RENEW_POOL_SIZE)),
                 max_result_bytes: self.max_result_bytes,
                 op_timeout: self.op_timeout,
                 existing_only: self.existing_only,
@@ -612,13 +623,15 @@ impl PostgresStore {
 
     /// Runs an operation on a sync connection, within its time limit.
     fn run(&self, op: Op<'_>) -> Result<Reply, Error> {
+        self.run_on(&self.inner.sync_pool, op)
+    }
+
+    /// Runs an operation on a connection of `pool`, within its time limit.
+    fn run_on(&self, pool: &Pool<SyncConn>, op: Op<'_>) -> Result<Reply, Error> {
         let inner = &*self.inner;
         let limit = self.limit(&op);
         let key = op.key();
-        let (mut pooled, left) = inner
-            .sync_pool
-            .get(&inner.target, limit)
-            .map_err(|e| keyed(e, key))?;
+        let (mut pooled, left) = pool.get(&inner.target, limit).map_err(|e| keyed(e, key))?;
         let what = op.what();
         let answer = pooled
             .conn()?
@@ -810,7 +823,9 @@ impl Store for PostgresStore {
     }
 
     fn renew(&self, claim: &Claim, lease: Duration) -> Result<(), Error> {
-        expect_reply!(self.run(Op::Renew(claim, lease))?, Reply::Done => (), "renew")
+        // On connections of their own: see `Inner::renew_pool`.
+        let renewed = self.run_on(&self.inner.renew_pool, Op::Renew(claim, lease))?;
+        expect_reply!(renewed, Reply::Done => (), "renew")
     }
 
     fn mark_unknown(&self, claim: &Claim) -> Result<(), Error> {
