@@ -225,6 +225,7 @@ impl<H: Handler + ?Sized> AmqpConsumer<H> {
             .await
             .map_err(|e| Error::broker(format!("consuming from queue {}", self.queue), e))?;
         let source = Consume {
+            queue: self.queue.to_string(),
             tag: consumer.tag().to_string(),
             consumer,
             channel: self.channel,
@@ -236,6 +237,7 @@ impl<H: Handler + ?Sized> AmqpConsumer<H> {
 struct Consume {
     channel: Channel,
     consumer: lapin::Consumer,
+    queue: String,
     tag: String,
 }
 
@@ -244,9 +246,16 @@ impl Source for Consume {
 
     async fn next(&mut self, _free: usize) -> Option<Result<AmqpDelivery, Error>> {
         // The broker sends no more than the channel's prefetch, whoever reads.
-        match self.consumer.next().await? {
-            Ok(d) => Some(Ok(AmqpDelivery::new(d))),
-            Err(e) => Some(Err(Error::broker("receiving a delivery", e))),
+        match self.consumer.next().await {
+            Some(Ok(d)) => Some(Ok(AmqpDelivery::new(d))),
+            Some(Err(e)) => Some(Err(Error::broker("receiving a delivery", e))),
+            // Only `stop` cancels the consumer, and the runner stops reading before it: a
+            // stream that ends here was cancelled by the broker (the queue was deleted, or its
+            // node went down), which a supervisor must see as a failure, not a clean stop.
+            None => Some(Err(Error::broker(
+                format!("consuming from queue {}", self.queue),
+                "the broker cancelled the subscription (was the queue deleted, or its node stopped?)",
+            ))),
         }
     }
 

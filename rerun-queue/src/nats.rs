@@ -14,7 +14,8 @@
 //! as a duplicate within its duplicate window (see
 //! [`JetStreamConsumer::dead_letter_subject`]).
 //! Leave the consumer's `max_deliver` unlimited (the default) and let [`Policy`](crate::Policy)
-//! decide when a failing message is given up, or the server drops it without a trace.
+//! decide when a failing message is given up: a limit the server would reach first (it stops
+//! delivering the message without a trace) is refused when the consumer starts.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -159,6 +160,9 @@ impl<H: Handler + ?Sized> JetStreamConsumer<H> {
     /// A consumer whose `ack_policy` is not [`AckPolicy::Explicit`] (the default) is refused
     /// with [`Error::Config`]: under `All` an ack would settle earlier messages whose handlers
     /// are still running, under `None` a message whose handler failed would never come back.
+    /// So is one whose `max_deliver` the server reaches before the policy's
+    /// [`delivery_limit`](crate::Policy::delivery_limit): the server would stop delivering a
+    /// failing message without a dead letter.
     pub async fn run(self, shutdown: impl Future<Output = ()> + Send) -> Result<Report, Error> {
         let info = self.consumer.cached_info();
         if info.config.ack_policy != AckPolicy::Explicit {
@@ -168,6 +172,21 @@ impl<H: Handler + ?Sized> JetStreamConsumer<H> {
                  with ack_policy: AckPolicy::Explicit",
                 escaped(&info.name),
                 info.config.ack_policy
+            )));
+        }
+        // A server limit on deliveries that comes before the policy's: the server stops
+        // delivering a message that keeps failing, without a dead letter or a `warn`, and it
+        // stays in the stream undelivered for ever.
+        let max_deliver = info.config.max_deliver;
+        let limit = self.settings.policy.delivery_limit();
+        if max_deliver > 0 && limit.is_none_or(|n| i64::from(n) >= max_deliver) {
+            return Err(Error::Config(format!(
+                "the JetStream consumer {} has max_deliver {max_deliver}, which the server reaches                  before the policy dead-letters a failing message ({}): the server would stop                  delivering it without a trace; create the consumer with max_deliver unset                  (unlimited), and let Policy::max_deliveries decide",
+                escaped(&info.name),
+                match limit {
+                    Some(n) => format!("on delivery {n}"),
+                    None => "never".to_owned(),
+                }
             )));
         }
         let ack_wait = info.config.ack_wait;

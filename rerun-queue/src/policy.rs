@@ -84,6 +84,12 @@ impl Policy {
         self
     }
 
+    /// The delivery on which a message whose handler keeps failing retryably is dead-lettered
+    /// (`None`: never), as [`Policy::max_deliveries`] set it.
+    pub const fn delivery_limit(&self) -> Option<u32> {
+        self.max_deliveries
+    }
+
     /// The backoff after the `attempt`th delivery failed (1-based).
     pub fn backoff_after(&self, attempt: u32) -> Duration {
         let doublings = attempt.saturating_sub(1).min(31);

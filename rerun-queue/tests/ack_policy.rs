@@ -862,3 +862,81 @@ async fn amqp_a_handler_running_at_shutdown_acks_on_the_consumers_own_channel() 
     let _ = conn.close(200, "done").await;
     rig.cleanup().await;
 }
+
+/// A queue deleted under its consumer (the broker cancels the subscription) ends the run with
+/// an error, not as a clean stop: a supervisor restarting failed services must see it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn amqp_a_subscription_the_broker_cancels_ends_the_run_with_an_error() {
+    let Some(rig) = rig(Broker::Amqp, "cancelled").await else {
+        return;
+    };
+    let conn = Connection::connect(&rig.url, ConnectionProperties::default())
+        .await
+        .expect("connecting to RabbitMQ");
+    let channel = conn.create_channel().await.expect("channel");
+    let h = handler::typed(Arc::new(MemoryStore::new()), |o: Order| async move {
+        Ok::<_, Error>(o.cents)
+    });
+    let run = tokio::spawn(
+        AmqpConsumer::new(channel, &rig.name, h)
+            .settings(fast())
+            .run(std::future::pending()),
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    rig.channel()
+        .queue_delete(&rig.name, lapin::options::QueueDeleteOptions::default())
+        .await
+        .expect("deleting the queue");
+    let ended = tokio::time::timeout(Duration::from_secs(10), run)
+        .await
+        .expect("the run ended")
+        .expect("the run did not panic");
+    match ended {
+        Err(rerun_queue::Error::Broker { message, .. }) => {
+            assert!(message.contains("cancelled the subscription"), "{message}")
+        }
+        other => panic!("{other:?}"),
+    }
+    let _ = conn.close(200, "done").await;
+    rig.cleanup().await;
+}
+
+/// A JetStream consumer whose `max_deliver` the server reaches before the policy dead-letters
+/// a failing message is refused: the server would stop delivering it without a trace. One
+/// whose limit comes after the policy's is taken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_a_server_delivery_limit_before_the_policys_is_refused() {
+    let Some(rig) = rig(Broker::Nats, "maxdeliver").await else {
+        return;
+    };
+    let stream = rig.js().get_stream(&rig.name).await.expect("stream");
+    for (tag, max_deliver, policy, refused) in [
+        ("below", 3, Policy::new(), true),
+        ("forever", 50, Policy::new().max_deliveries(None), true),
+        ("above", 50, Policy::new(), false),
+    ] {
+        let consumer = stream
+            .create_consumer(pull::Config {
+                durable_name: Some(format!("{}_{tag}", rig.name)),
+                max_deliver,
+                ..Default::default()
+            })
+            .await
+            .expect("creating the consumer");
+        let h = handler::typed(Arc::new(MemoryStore::new()), |o: Order| async move {
+            Ok::<_, Error>(o.cents)
+        });
+        let run = JetStreamConsumer::new(consumer, h)
+            .settings(fast().policy(policy))
+            .run(tokio::time::sleep(Duration::from_millis(300)))
+            .await;
+        match run {
+            Err(rerun_queue::Error::Config(m)) if refused => {
+                assert!(m.contains("max_deliver"), "{tag}: {m}")
+            }
+            Ok(_) if !refused => {}
+            other => panic!("{tag}: {other:?}"),
+        }
+    }
+    rig.cleanup().await;
+}
