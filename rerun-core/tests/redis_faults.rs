@@ -324,34 +324,40 @@ fn completion_ran_but_its_reply_was_lost_and_the_record_says_so() {
 }
 
 #[test]
-fn claim_ran_but_its_reply_was_lost_then_the_lease_heals_it() {
+fn claim_ran_but_its_reply_was_lost_and_the_call_gives_it_back() {
     let Some(url) = url() else { return };
     let name = unique("lost-claim");
     let proxy = Proxy::start(&url);
     let store = behind(&proxy, &name);
-    let key = Key::new("s", "k");
-    let lease = Duration::from_secs(1);
-    proxy.swallow_next_reply();
-    let r = Call::new("s", "k")
-        .lease(lease)
-        .run(&store, || Ok::<_, Error>(1));
-    expect_store_error(r, &key);
-    // The claim exists on the server but nobody runs its body: it is held by this (live)
-    // process, so the next call is told so until the lease runs out ...
-    assert_eq!(
-        store.inspect(&key).unwrap().map(|v| v.status),
-        Some(Status::InProgress)
-    );
-    let busy = Call::new("s", "k")
-        .lease(lease)
-        .run(&store, || Ok::<_, Error>(2));
-    assert!(matches!(busy, Err(Error::InProgress { .. })), "{busy:?}");
-    // ... and then takes it over with a greater fence.
-    std::thread::sleep(lease + Duration::from_millis(100));
-    let out = Call::new("s", "k")
-        .lease(lease)
-        .run(&store, || Ok::<_, Error>(3))
-        .unwrap();
-    assert!(!out.replayed && out.value == 3);
+    let lease = Duration::from_secs(60);
+    for once in [false, true] {
+        let key = Key::new("s", if once { "once" } else { "replayable" });
+        let call = || {
+            let call = Call::with_key(key.clone()).lease(lease);
+            if once {
+                call.once()
+            } else {
+                call
+            }
+        };
+        proxy.swallow_next_reply();
+        let r = call().run(&store, || Ok::<_, Error>(1));
+        expect_store_error(r, &key);
+        // The claim exists on the server, but its answer was lost: the call read it back,
+        // found it its own, and gave it back at once instead of leaving it to its lease
+        // (60 s): released, or for `once` marked unknown, as the lease would have left it.
+        let record = store.inspect(&key).unwrap().unwrap();
+        let want = if once {
+            Status::Unknown
+        } else {
+            Status::Released
+        };
+        assert_eq!(record.status, want, "once = {once}");
+        if !once {
+            // The retry runs at once, with a greater fence.
+            let out = call().run(&store, || Ok::<_, Error>(3)).unwrap();
+            assert!(!out.replayed && out.value == 3 && out.fence > record.fence);
+        }
+    }
     cleanup(&url, &name);
 }

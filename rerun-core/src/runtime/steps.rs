@@ -574,9 +574,19 @@ where
         let sent = Instant::now();
         attempt.started.get_or_insert(sent);
         let request = attempt.request();
-        let response = telemetry::store_op(kind, "claim", backend.claim(&request))
-            .await
-            .inspect_err(|e| report.verdict = Verdict::of(e))?;
+        let response = match telemetry::store_op(kind, "claim", backend.claim(&request)).await {
+            Ok(response) => response,
+            Err(e) => {
+                report.verdict = Verdict::of(&e);
+                // Read back only after a quick failure (a connection that died): one that took
+                // the store's time limit would likely take it again, doubling the caller's wait.
+                let quick = QUICK_FAILURE.min(request.lease / 6);
+                if matches!(e, Error::Store { .. }) && e.is_retryable() && sent.elapsed() < quick {
+                    give_back_lost_claim(backend, &attempt).await;
+                }
+                return Err(E::from(e));
+            }
+        };
         match attempt.step::<T>(response) {
             Step::Claimed(claim) => break (claim, sent),
             Step::Done(result) => {
@@ -754,6 +764,49 @@ async fn release_unrun<B: Backend>(backend: &B, held: &mut Held) -> bool {
             held.keeper
                 .submit(Job::Release(held.store.clone(), held.claim.clone()));
             false
+        }
+    }
+}
+
+/// After a claim that failed as a passing store failure: a claim the store wrote but whose
+/// answer was lost (the connection died after the commit, the server restarted before its
+/// reply left) stands in the store held by this attempt, which nobody renews or finishes, and
+/// would keep the key busy until its lease ran out. Read back, such a record is given back at
+/// once: released, or for `once` marked unknown (what its lease running out would have left:
+/// the claim may have taken over an earlier attempt whose body ran). A record of any other
+/// holder (the attempt id tells this call's from every other) is left alone, and so is
+/// everything when the store cannot be read: the lease ends such a claim, as before.
+///
+/// Read only after a claim that failed quickly (within the completion's [`QUICK_FAILURE`]):
+/// a claim that ran out of time is likely still on its way to the store (a statement the
+/// server runs after the client gave up on it), where a read would not find it, and a read
+/// would make the caller wait for the store's time limit a second time. Such a claim, and one
+/// dropped while in flight, is ended by its lease.
+async fn give_back_lost_claim<B: Backend>(backend: &B, attempt: &Attempt<'_>) {
+    let Ok(Some(record)) = backend.inspect(attempt.key).await else {
+        return;
+    };
+    if record.status != Status::InProgress || record.holder.as_ref() != Some(&attempt.holder) {
+        return;
+    }
+    let claim = Claim {
+        key: attempt.key.clone(),
+        fence: record.fence,
+        holder: attempt.holder.clone(),
+        once: record.once,
+        lease: attempt.options.lease_duration(),
+        abandoned: None,
+    };
+    let given_back = match claim.once {
+        true => backend.mark_unknown(&claim).await,
+        false => backend.release(&claim).await,
+    };
+    match given_back {
+        Ok(()) => {
+            tracing::info!(key = %telemetry::key_field(&claim.key), "rerun: a claim whose answer was lost was found held by this call and given back")
+        }
+        Err(e) => {
+            tracing::warn!(key = %telemetry::key_field(&claim.key), error = %telemetry::error_field(&e), "rerun: a claim whose answer was lost could not be given back; its lease will end it")
         }
     }
 }
