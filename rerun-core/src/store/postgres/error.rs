@@ -33,9 +33,12 @@ pub(crate) fn is_permanent(e: &tokio_postgres::Error) -> bool {
     // 42601/42809: a statement the server cannot run on what it finds (a syntax error, an
     // object of another kind under rerun's name); 3F000: unknown schema; 22: data exception,
     // such as a key with a character the database's encoding cannot hold (22P05), which the
-    // same call sends again on every retry.
+    // same call sends again on every retry; 54: a program limit, such as an index row over
+    // the B-tree's limit (54000: a key of rerun 0.1 that grew past it when the upgrade escaped
+    // it), which no retry changes either.
     code.starts_with("28")
         || code.starts_with("22")
+        || code.starts_with("54")
         || matches!(
             code,
             "3D000" | "42501" | "42P01" | "42703" | "42601" | "42809" | "3F000"
@@ -49,5 +52,52 @@ pub(crate) fn store_error(key: Option<&Key>, what: String, e: tokio_postgres::Er
         Error::store_permanent(key, what, e)
     } else {
         Error::store(key, what, e)
+    }
+}
+
+#[cfg(all(test, feature = "testing"))]
+mod tests {
+    use super::*;
+
+    /// The errors a retry sends again as they are: an index row over the B-tree's limit (what
+    /// the upgrade of a long rerun 0.1 key meets) is permanent; a statement timeout is not.
+    #[test]
+    fn program_limits_are_permanent() {
+        let Some(url) = crate::testing::service_url("RERUN_TEST_POSTGRES_URL") else {
+            return;
+        };
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap_or_else(|e| panic!("{e}"));
+        runtime.block_on(async {
+            let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+                .await
+                .unwrap_or_else(|e| panic!("{e}"));
+            tokio::spawn(connection);
+            client
+                .batch_execute("CREATE TEMP TABLE rerun_limits (k text PRIMARY KEY)")
+                .await
+                .unwrap_or_else(|e| panic!("{e}"));
+            // Incompressible, and far over the B-tree's 2,704 bytes.
+            let too_long = client
+                .execute(
+                    "INSERT INTO rerun_limits SELECT string_agg(md5(i::text), '') \
+                     FROM generate_series(1, 200) i",
+                    &[],
+                )
+                .await
+                .err()
+                .unwrap_or_else(|| panic!("an index row over the limit was accepted"));
+            assert_eq!(too_long.code().map(|c| c.code()), Some("54000"));
+            assert!(is_permanent(&too_long), "{too_long}");
+            let timeout = client
+                .batch_execute("SET statement_timeout = 1; SELECT pg_sleep(1)")
+                .await
+                .err()
+                .unwrap_or_else(|| panic!("the statement outlived its timeout"));
+            assert_eq!(timeout.code().map(|c| c.code()), Some("57014"));
+            assert!(!is_permanent(&timeout), "{timeout}");
+        });
     }
 }
