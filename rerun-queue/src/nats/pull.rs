@@ -29,11 +29,16 @@ use crate::error::Error;
 /// 5 s, so this also bounds how long a consumer sits idle after its server comes back.
 const PULL_EXPIRES: Duration = Duration::from_secs(10);
 
-/// Consecutive failed requests after which the consumer gives up (about 10 s of them).
+/// Consecutive failed requests after which the consumer gives up: about 70 s of them with
+/// [`error_pause`], which outlasts a cluster's leader election and a restart of the server
+/// holding a consumer of one replica (each answers every request with an error meanwhile).
 const MAX_ERRORS: u32 = 20;
 
-/// Waited after a failed request before the next.
-const ERROR_PAUSE: Duration = Duration::from_millis(500);
+/// Waited after the `errors`th failed request in a row before the next: 500 ms, doubling up
+/// to 4 s.
+fn error_pause(errors: u32) -> Duration {
+    Duration::from_millis(500) * (1u32 << errors.saturating_sub(1).min(3))
+}
 
 /// One pull request and the messages still to come on it.
 struct Request {
@@ -230,7 +235,7 @@ impl Pulls {
         if self.errors >= MAX_ERRORS {
             return Err(Error::broker(doing, error));
         }
-        tokio::time::sleep(ERROR_PAUSE).await;
+        tokio::time::sleep(error_pause(self.errors)).await;
         Ok(())
     }
 

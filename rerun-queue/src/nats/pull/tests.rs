@@ -163,3 +163,17 @@ async fn asks_for_no_more_than_the_free_handlers_take() {
     })
     .await;
 }
+
+/// Failed requests in a row are spaced out, 500 ms doubling to 4 s: the consumer gives up
+/// only after about 70 s of them, past a leader election or a server restart.
+#[test]
+fn failed_requests_back_off_and_are_given_up_after_about_a_minute() {
+    let pauses: Vec<u128> = (1..=5).map(|n| error_pause(n).as_millis()).collect();
+    assert_eq!(pauses, [500, 1_000, 2_000, 4_000, 4_000]);
+    assert_eq!(error_pause(u32::MAX), Duration::from_secs(4));
+    let before_giving_up: Duration = (1..MAX_ERRORS).map(error_pause).sum();
+    assert!(
+        (Duration::from_secs(60)..Duration::from_secs(90)).contains(&before_giving_up),
+        "{before_giving_up:?}"
+    );
+}
