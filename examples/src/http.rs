@@ -16,6 +16,8 @@ use std::time::Duration;
 
 use axum::extract::State;
 use axum::http::StatusCode;
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use rerun_core::SqliteStore;
@@ -88,24 +90,54 @@ async fn charges(State(bank): State<Arc<Bank>>) -> String {
     format!("{}\n", bank.charges())
 }
 
-/// The API: `POST /payments` (a key required; keys scoped by the caller's bearer token) and
-/// `GET /charges` (how many charges the bank made).
+/// The account a request was authenticated as, which the authentication layer puts in the
+/// request's extensions.
+#[derive(Debug, Clone)]
+pub struct Account(pub String);
+
+/// The API keys this service knows, and their accounts (a real service looks them up in its
+/// own store, or verifies a signed token).
+const API_KEYS: &[(&str, &str)] = &[("sk_test_ada", "acct_ada"), ("sk_test_grace", "acct_grace")];
+
+/// Authentication: a request whose bearer token is a known API key goes on with its
+/// [`Account`]; any other is refused with `401` before it reaches the idempotency layer.
+async fn authenticate(mut req: axum::extract::Request, next: Next) -> Response {
+    let account = req
+        .headers()
+        .get(http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .and_then(|token| API_KEYS.iter().find(|(key, _)| *key == token))
+        .map(|(_, account)| Account((*account).to_owned()));
+    match account {
+        Some(account) => {
+            req.extensions_mut().insert(account);
+            next.run(req).await
+        }
+        None => (StatusCode::UNAUTHORIZED, "an API key is required\n").into_response(),
+    }
+}
+
+/// The API: `POST /payments` (authenticated; a key required, scoped by the caller's account)
+/// and `GET /charges` (how many charges the bank made).
 pub fn app(store: SqliteStore, bank: Arc<Bank>) -> Router {
     let idempotency = IdempotencyLayer::new(store)
         .required(true)
         .principal(|req: &http::request::Parts| {
-            // The account, never the credential: keys are stored and listed (`rerunctl ls`).
-            // In a real service, the account the authentication layer found; here the bearer
-            // token is the account's name.
-            req.headers
-                .get(http::header::AUTHORIZATION)
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.strip_prefix("Bearer "))
-                .map(str::to_owned)
+            // The account authentication found, never a credential or anything else the
+            // client chose: one account's keys can never reach another's responses, and keys
+            // are stored and listed (`rerunctl ls`), so no secret goes in them.
+            req.extensions.get::<Account>().map(|a| a.0.clone())
         })
         .ttl(Duration::from_secs(24 * 3600));
     Router::new()
-        .route("/payments", post(create_payment).layer(idempotency))
+        .route(
+            "/payments",
+            // The last layer runs first: authentication, then the idempotency layer.
+            post(create_payment)
+                .layer(idempotency)
+                .layer(middleware::from_fn(authenticate)),
+        )
         .route("/charges", get(charges))
         .with_state(bank)
 }
@@ -130,7 +162,7 @@ async fn post_payment(
 ) -> Result<Exchange, AppError> {
     let mut req = http
         .post(format!("http://{addr}/payments"))
-        .header("authorization", "Bearer acct_ada")
+        .header("authorization", "Bearer sk_test_ada")
         .header("content-type", "application/json")
         .body(body.to_owned());
     if let Some(key) = key {
