@@ -44,7 +44,7 @@
 //! | the handler answers `text/event-stream` (server-sent events), or a body over `max_body` | returned as it streams, not recorded; a retry runs the handler again |
 //! | with [`once`](IdempotencyLayer::once), any of the last two rows, a response body that fails, or an error of the inner service | the answer as above (a panic or a failed body: `500` with a problem saying the outcome is unknown), not recorded; the key's outcome is left unknown: a retry gets that `500`, and the handler is never run twice |
 //! | the store is unreachable | `503 Service Unavailable` with `Retry-After: 1`; the handler does not run |
-//! | the store fails while the handler's answer is recorded (after the completion was sent again) | the handler's answer, unrecorded; the key is given back (left unknown with [`once`](IdempotencyLayer::once)) |
+//! | the store fails while the handler's answer is recorded (after the completion was sent again) | the handler's answer, unrecorded; the key is given back (left unknown with [`once`](IdempotencyLayer::once)) as far as the store allows, or else when its lease ends |
 //! | the server died mid-handler, then the client retries | the retry takes the dead server's claim over and runs the handler once; with [`once`](IdempotencyLayer::once), `500` with a problem saying the outcome is unknown, and the handler is never run twice |
 //! | GET, HEAD, OPTIONS, PUT, DELETE, or no key where it is not required | passed through untouched ([`methods`](IdempotencyLayer::methods) changes which methods are handled) |
 //!

@@ -275,7 +275,9 @@ where
                 Ok(Err(e)) => Failure::Inner(e),
                 Err(()) => Failure::Panicked,
             };
-            if !once {
+            // A `once` request the service answered "not processed" (425, 429) had no effect:
+            // its claim is released like a replayable one's, not left unknown.
+            if !once || matches!(&failure, Failure::Pass(r) if not_processed(r.status())) {
                 return Err(failure);
             }
             // The runtime releases the claim of a body that returns an error, and a retry
@@ -327,13 +329,20 @@ where
         // problem in its place would hide the result of a request that was processed (a
         // payment's id) and invite a retry that runs it again. The key was given back (released,
         // or unknown for a `once` handler) as far as the store allowed.
-        Ok(Err(Failure::Rerun(e))) => match live {
+        Ok(Err(Failure::Rerun(e))) if matches!(e, Error::Store { .. }) => match live {
             Some(response) => {
                 tracing::warn!(error = %rerun_core::telemetry::error_field(&e), "rerun-http: the handler's answer could not be recorded; it was returned unrecorded");
                 Ok(response)
             }
             None => Ok(problem_of(&e)),
         },
+        // Any other (`LeaseLost`: another attempt took the key over, and its answer, not this
+        // one's, is the key's): a problem, never an answer the key's record contradicts.
+        Ok(Err(Failure::Rerun(e))) => Ok(problem_of(&e)),
+        // A `once` request answered "not processed": released, as the body returned.
+        Ok(Err(Failure::Pass(response))) if once && not_processed(response.status()) => {
+            Ok(response)
+        }
         Ok(Err(Failure::Panicked)) if once => {
             tracing::error!(
                 "rerun-http: an at-most-once handler panicked; its outcome is unknown and it will not run again for this key"
@@ -479,7 +488,14 @@ async fn unless_left<F: Future, T>(
 /// they would be replayed to every retry for the record's whole ttl; like a 5xx, they are
 /// returned unrecorded and the key is given back.
 fn says_retry_later(status: http::StatusCode) -> bool {
-    matches!(status.as_u16(), 408 | 425 | 429)
+    status.as_u16() == 408 || not_processed(status)
+}
+
+/// Whether `status` says the request was not processed at all (`425 Too Early`, `429 Too Many
+/// Requests`), so that even a `once` request's key is released rather than left unknown. A
+/// `408` is not: a timeout inside the layer may have cut the handler short mid-effect.
+fn not_processed(status: http::StatusCode) -> bool {
+    matches!(status.as_u16(), 425 | 429)
 }
 
 /// Whether `headers` (a response's, or its trailers) carry a gRPC status that says "try

@@ -492,3 +492,87 @@ impl Drop for DropTable {
         support::drop_table(&self.0, &self.1);
     }
 }
+
+/// An attempt whose key another took over meanwhile (its completion refused as `LeaseLost`)
+/// answers `503 attempt_superseded`, never its own response, which the key's record, holding
+/// the other attempt's, would contradict on every retry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_superseded_attempt_never_answers_with_its_own_response() {
+    use rerun_core::testing::{Faulty, Op};
+    let superseded = Faulty::new(rerun_core::MemoryStore::new()).before(|op| match op {
+        Op::Complete { claim, .. } => Err(rerun_core::Error::LeaseLost {
+            key: claim.key.clone(),
+        }),
+        _ => Ok(()),
+    });
+    let service = IdempotencyLayer::new(superseded).layer(tower::service_fn(
+        |_req: Request<RequestBody<Full<Bytes>>>| async move {
+            Ok::<_, std::io::Error>(
+                Response::builder()
+                    .status(StatusCode::CREATED)
+                    .body(Full::new(Bytes::from_static(b"pay_1")))
+                    .unwrap_or_else(|e| panic!("{e}")),
+            )
+        },
+    ));
+    let answer = service
+        .oneshot(request("k"))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(answer.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(code(answer).await, "attempt_superseded");
+}
+
+/// A `once` request the service answered "not processed" (`429`, `425`) is given back, not
+/// left unknown: its retry runs. A `408` (a timeout may have cut it short mid-effect) is left
+/// unknown, as a 5xx is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_once_request_answered_too_many_requests_is_given_back() {
+    for (status, retried) in [(429u16, true), (425, true), (408, false)] {
+        let runs = Arc::new(AtomicUsize::new(0));
+        let counted = runs.clone();
+        let store = rerun_core::MemoryStore::new();
+        let service = IdempotencyLayer::new(store.clone())
+            .once()
+            .layer(tower::service_fn(
+                move |_req: Request<RequestBody<Full<Bytes>>>| {
+                    let first = counted.fetch_add(1, Ordering::SeqCst) == 0;
+                    async move {
+                        Ok::<_, std::io::Error>(
+                            Response::builder()
+                                .status(if first { status } else { 201 })
+                                .body(Full::new(Bytes::from_static(b"x")))
+                                .unwrap_or_else(|e| panic!("{e}")),
+                        )
+                    }
+                },
+            ));
+        let first = service
+            .clone()
+            .oneshot(request("k"))
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(first.status().as_u16(), status);
+        // A claim left unknown is marked so in the background: wait for it to settle.
+        let until = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < until
+            && store
+                .scan(None, 10)
+                .unwrap_or_else(|e| panic!("{e}"))
+                .records
+                .iter()
+                .any(|r| r.status == rerun_core::Status::InProgress)
+        {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let retry = service
+            .oneshot(request("k"))
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        match retried {
+            true => assert_eq!(retry.status(), StatusCode::CREATED, "{status}"),
+            false => assert_eq!(code(retry).await, "outcome_unknown", "{status}"),
+        }
+        assert_eq!(runs.load(Ordering::SeqCst), if retried { 2 } else { 1 });
+    }
+}
