@@ -783,6 +783,13 @@ async fn release_unrun<B: Backend>(backend: &B, held: &mut Held) -> bool {
 /// would make the caller wait for the store's time limit a second time. Such a claim, and one
 /// dropped while in flight, is ended by its lease.
 async fn give_back_lost_claim<B: Backend>(backend: &B, attempt: &Attempt<'_>) {
+    // Equal holders are one attempt only where the process's identity is known: without a
+    // boot id, a PID namespace and a start time (no `/proc`), two processes of one pid on
+    // two hosts of one name would draw the same attempt ids.
+    let me = &attempt.holder;
+    if me.boot_id.is_empty() || me.pid_ns == 0 || me.start_time == 0 {
+        return;
+    }
     let Ok(Some(record)) = backend.inspect(attempt.key).await else {
         return;
     };
