@@ -56,11 +56,6 @@ const DEFAULT_POOL_SIZE: usize = 16;
 /// accepts (`i32::MAX` milliseconds, about 24.8 days).
 pub const MAX_OP_TIMEOUT: Duration = Duration::from_millis(i32::MAX as u64);
 
-/// At most how many connections lease renewals have, beside the pool's (see
-/// [`PostgresBuilder::pool_size`]): a renewal is one short statement, so a few serve thousands
-/// of claims.
-const RENEW_POOL_SIZE: usize = 4;
-
 /// The largest [`PostgresBuilder::pool_size`]: the most connections a PostgreSQL server
 /// accepts (`max_connections` is at most 2^18 - 1).
 pub const MAX_POOL_SIZE: usize = 262_143;
@@ -217,8 +212,9 @@ impl PostgresBuilder {
 
     /// How many connections each half of the store (sync and async) opens at most
     /// (default 16). Callers beyond that wait for a free connection. At least 1 and at most
-    /// [`MAX_POOL_SIZE`]; a larger one is that. Lease renewals have up to 4 more of their own
-    /// (no more than this size), so that calls filling the pool never hold a renewal up.
+    /// [`MAX_POOL_SIZE`]; a larger one is that. Lease renewals have as many again of their
+    /// own, opened as renewals need them (one or two, unless renewals wait on rows someone
+    /// holds locked), so that calls filling the pool never hold a renewal up.
     pub fn pool_size(mut self, size: usize) -> Self {
         self.pool_size = size.clamp(1, MAX_POOL_SIZE);
         self
@@ -300,7 +296,7 @@ impl PostgresBuilder {
                 sql,
                 sync_pool: Pool::new(self.pool_size),
                 async_pool: Pool::new(self.pool_size),
-                renew_pool: Pool::new(self.pool_size.min(RENEW_POOL_SIZE)),
+                renew_pool: Pool::new(self.pool_size),
                 max_result_bytes: self.max_result_bytes,
                 op_timeout: self.op_timeout,
                 existing_only: self.existing_only,
