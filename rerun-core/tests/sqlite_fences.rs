@@ -331,3 +331,46 @@ fn an_earlier_build_opening_the_file_cannot_bring_its_fence_counter_back() {
         .unwrap();
     assert!(second.fence > first.fence);
 }
+
+/// A file whose counter row an earlier build put back before this build's trigger was there
+/// (and whose processes drew fences from it since) has it carried into the floor and removed
+/// when this build opens the file.
+#[test]
+fn a_counter_row_put_back_before_the_trigger_is_removed_on_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rerun.sqlite3");
+    let first = {
+        let store = SqliteStore::open(&path).unwrap();
+        Call::new("counter", "k")
+            .run(&store, || Ok::<_, Error>(1))
+            .unwrap()
+    };
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    // As a file of this schema was before the trigger: the row back, drawn from up to a fence
+    // above every fence of this build's.
+    let above = i64::try_from(first.fence).unwrap() + 1_000;
+    conn.execute_batch(&format!(
+        "DROP TRIGGER rerun_meta_no_counter;
+         INSERT INTO rerun_meta (name, value) VALUES ('fence', {above});"
+    ))
+    .unwrap();
+    let store = SqliteStore::open(&path).unwrap();
+    assert_eq!(
+        count(
+            &conn,
+            "SELECT count(*) FROM rerun_meta WHERE name = 'fence'"
+        ),
+        0
+    );
+    assert_eq!(
+        count(
+            &conn,
+            "SELECT value FROM rerun_meta WHERE name = 'fence_floor'"
+        ),
+        above
+    );
+    let next = Call::new("counter", "other")
+        .run(&store, || Ok::<_, Error>(2))
+        .unwrap();
+    assert!(i64::try_from(next.fence).unwrap() > above);
+}

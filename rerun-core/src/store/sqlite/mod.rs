@@ -571,6 +571,7 @@ impl Inner {
                 conn.execute_batch(step)?;
                 version += 1;
             }
+            conn.execute_batch(sql::REMOVE_COUNTER)?;
             conn.execute_batch("COMMIT")?;
             Ok(Ok(()))
         };

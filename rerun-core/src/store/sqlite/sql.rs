@@ -39,6 +39,16 @@ pub(super) const MIGRATIONS: &[&str] = &[
      UPDATE rerun_meta SET value = 4 WHERE name = 'schema_version';",
 ];
 
+/// Run after the migrations, in their transaction, on every open: a store-wide counter row
+/// that an earlier build put back before [`SCHEMA`]'s trigger `rerun_meta_no_counter` was there
+/// (and that its processes may have drawn fences from since) is carried into the floor, as the
+/// step to 4 carries it, and deleted, so that those processes' claims fail from now on.
+pub(super) const REMOVE_COUNTER: &str = "
+UPDATE rerun_meta SET value = max(value,
+    coalesce((SELECT value FROM rerun_meta WHERE name = 'fence'), 0))
+    WHERE name = 'fence_floor';
+DELETE FROM rerun_meta WHERE name = 'fence';";
+
 /// Created in one `BEGIN IMMEDIATE` transaction, so that many processes opening a new file at
 /// once create it exactly once. `WITHOUT ROWID`: every read is by the primary key, so the
 /// record lives in the key's B-tree and a read is one lookup.
