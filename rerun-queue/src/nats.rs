@@ -174,14 +174,18 @@ impl<H: Handler + ?Sized> JetStreamConsumer<H> {
                 info.config.ack_policy
             )));
         }
-        // A server limit on deliveries that comes before the policy's: the server stops
+        // A server limit on deliveries reached at or before the policy's: the server stops
         // delivering a message that keeps failing, without a dead letter or a `warn`, and it
         // stays in the stream undelivered for ever.
         let max_deliver = info.config.max_deliver;
         let limit = self.settings.policy.delivery_limit();
         if max_deliver > 0 && limit.is_none_or(|n| i64::from(n) >= max_deliver) {
             return Err(Error::Config(format!(
-                "the JetStream consumer {} has max_deliver {max_deliver}, which the server reaches                  before the policy dead-letters a failing message ({}): the server would stop                  delivering it without a trace; create the consumer with max_deliver unset                  (unlimited), and let Policy::max_deliveries decide",
+                "the JetStream consumer {} has max_deliver {max_deliver}, which the server reaches \
+                 at or before the delivery on which the policy dead-letters a failing message \
+                 ({}): the server would stop delivering it without a trace; create the \
+                 consumer with max_deliver unset (unlimited), and let Policy::max_deliveries \
+                 decide",
                 escaped(&info.name),
                 match limit {
                     Some(n) => format!("on delivery {n}"),
