@@ -18,6 +18,7 @@ fn a_dead_holder_s_lock_is_free_while_its_forked_child_lives() {
     let dir = tempfile::tempdir().expect("a temporary directory");
     let path = dir.path().join("app.lock");
     let child_pid = dir.path().join("child.pid");
+    let child_running = dir.path().join("child.running");
     // SAFETY: the holder runs only on the thread that forked (this test is the binary's only
     // one), and ends by SIGKILL, never returning into the test harness.
     match unsafe { fork() } {
@@ -25,10 +26,20 @@ fn a_dead_holder_s_lock_is_free_while_its_forked_child_lives() {
             let lock = LockFile::try_acquire(&path);
             // SAFETY: as above; the grandchild sleeps until killed.
             match (lock.is_ok(), unsafe { fork() }) {
-                (true, Ok(ForkResult::Child)) => loop {
-                    std::thread::sleep(Duration::from_secs(60));
-                },
+                (true, Ok(ForkResult::Child)) => {
+                    // Past `fork` in the child: its fork handlers (which close its copy of the
+                    // lock) have run. Said, so the check does not race a child not yet
+                    // scheduled on a loaded machine.
+                    let _ = std::fs::write(&child_running, b"");
+                    loop {
+                        std::thread::sleep(Duration::from_secs(60));
+                    }
+                }
                 (true, Ok(ForkResult::Parent { child })) => {
+                    let until = Instant::now() + Duration::from_secs(10);
+                    while !child_running.exists() && Instant::now() < until {
+                        std::thread::sleep(Duration::from_millis(5));
+                    }
                     let _ = std::fs::write(&child_pid, child.as_raw().to_string());
                 }
                 _ => {}
