@@ -160,7 +160,7 @@ impl<H: Handler + ?Sized> JetStreamConsumer<H> {
     /// A consumer whose `ack_policy` is not [`AckPolicy::Explicit`] (the default) is refused
     /// with [`Error::Config`]: under `All` an ack would settle earlier messages whose handlers
     /// are still running, under `None` a message whose handler failed would never come back.
-    /// So is one whose `max_deliver` the server reaches before the policy's
+    /// So is one whose `max_deliver` the server reaches at or before the policy's
     /// [`delivery_limit`](crate::Policy::delivery_limit): the server would stop delivering a
     /// failing message without a dead letter.
     pub async fn run(self, shutdown: impl Future<Output = ()> + Send) -> Result<Report, Error> {
